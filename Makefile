@@ -1,0 +1,47 @@
+# make test   unit tests on the host, then the integration tests on rxe
+#             (in the test VM when the host has no RDMA device)
+# make demo   a shared counter across 4 processes on rxe
+GO      ?= go
+BIN     := $(CURDIR)/.cache/bin
+RXEVM   := $(BIN)/rxevm
+FUZZTIME ?= 10s
+
+.PHONY: all test deps unit nocgo fuzz integration demo tools clean
+
+all: test
+
+deps:
+	@bash hack/install-deps.sh
+
+tools: deps
+	@mkdir -p $(BIN)
+	$(GO) build -o $(RXEVM) ./test/rxevm
+	$(GO) build -o $(BIN)/rmarun ./cmd/rmarun
+	$(GO) build -o $(BIN)/counter ./examples/counter
+
+test: deps unit nocgo fuzz integration
+
+unit: deps
+	$(GO) vet ./...
+	$(GO) vet -tags integration ./test
+	$(GO) test -race -count=1 ./...
+
+nocgo:
+	CGO_ENABLED=0 $(GO) build ./...
+	CGO_ENABLED=0 $(GO) test -count=1 ./...
+
+fuzz:
+	@for t in $$($(GO) test -list '^Fuzz' ./internal/bootstrap | grep ^Fuzz); do \
+		$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./internal/bootstrap || exit 1; done
+	@for t in $$($(GO) test -list '^Fuzz' ./datatype | grep ^Fuzz); do \
+		$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./datatype || exit 1; done
+
+integration: tools
+	$(GO) test -c -tags integration -o $(BIN)/integration.test ./test
+	$(RXEVM) -- $(BIN)/integration.test -test.v -test.count=1 -test.timeout=25m
+
+demo: tools
+	$(RXEVM) -- $(BIN)/rmarun -n 4 $(BIN)/counter
+
+clean:
+	rm -rf .cache

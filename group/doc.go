@@ -1,0 +1,17 @@
+// Package group forms a group of processes that talk by RDMA.
+//
+// N processes form a group over TCP: rank 0 listens on an address and the
+// others join it. Rank, size and address come from Options or from the
+// environment (FromEnv: RMA_RANK, RMA_SIZE, RMA_ADDR, RMA_SECRET, or the
+// variables mpirun and srun set). A shared secret authenticates every
+// joiner with a mutual HMAC challenge before anything else is said, so a
+// process without it learns no memory key or address. The group then
+// exchanges queue-pair endpoints and connects a reliable-connected queue
+// pair between every pair of ranks (and a loopback pair for a rank's own
+// memory). The TCP connections stay for out-of-band barriers and
+// all-gathers, used when windows are created and freed.
+//
+// Errors: ErrAuth (secret missing or rejected), ErrRankTaken, ErrConfig,
+// and the verbs errors (verbs.ErrNoDevice, verbs.ErrNotSupported) when the
+// RDMA device cannot be used.
+package group

@@ -1,0 +1,180 @@
+package group
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+	"unsafe"
+
+	"github.com/onesided/rma/atomics"
+	"github.com/onesided/rma/internal/bootstrap"
+	"github.com/onesided/rma/internal/fabric"
+	"github.com/onesided/rma/verbs"
+)
+
+// Errors of the bootstrap, re-exported so callers can match them.
+var (
+	// ErrAuth: the shared secret was missing or rejected.
+	ErrAuth = bootstrap.ErrAuth
+	// ErrRankTaken: another process already joined with this rank.
+	ErrRankTaken = bootstrap.ErrRankTaken
+	// ErrConfig: rank, size, address or secret are missing or malformed.
+	ErrConfig = bootstrap.ErrConfig
+)
+
+// Options say who this process is and which RDMA device to use.
+type Options struct {
+	// Rank, Size, Addr (host:port of rank 0) and Secret as in the bootstrap;
+	// FromEnv fills them from the environment.
+	Rank, Size int
+	Addr       string
+	Secret     []byte
+
+	// Device is the RDMA device name ("" = RMA_DEVICE, else the first device).
+	Device string
+	// Port is the device port (0 = 1).
+	Port int
+	// GIDIndex is the source GID index; it is used only when SetGIDIndex
+	// is true, otherwise the RoCE v2 IPv4 GID is chosen (index 0 on InfiniBand).
+	GIDIndex    int
+	SetGIDIndex bool
+	// MTU is the path MTU (0 = the port's active MTU).
+	MTU verbs.MTU
+	// Spin is how long a waiting call polls before sleeping on the
+	// completion channel (0 = 50us).
+	Spin time.Duration
+}
+
+// FromEnv reads the group's identity from the environment: RMA_RANK,
+// RMA_SIZE, RMA_ADDR, RMA_SECRET, or the rank and size that mpirun (Open MPI,
+// MPICH) and srun set; and RMA_DEVICE, RMA_PORT, RMA_GID_INDEX.
+func FromEnv() (Options, error) {
+	cfg, err := bootstrap.ConfigFromEnv()
+	if err != nil {
+		return Options{}, err
+	}
+	o := Options{Rank: cfg.Rank, Size: cfg.Size, Addr: cfg.Addr, Secret: cfg.Secret, Device: os.Getenv("RMA_DEVICE")}
+	if v := os.Getenv("RMA_PORT"); v != "" {
+		if o.Port, err = strconv.Atoi(v); err != nil {
+			return o, fmt.Errorf("group: %w: RMA_PORT=%q", ErrConfig, v)
+		}
+	}
+	if v := os.Getenv("RMA_GID_INDEX"); v != "" {
+		if o.GIDIndex, err = strconv.Atoi(v); err != nil {
+			return o, fmt.Errorf("group: %w: RMA_GID_INDEX=%q", ErrConfig, v)
+		}
+		o.SetGIDIndex = true
+	}
+	return o, nil
+}
+
+// Group is a set of processes connected to each other by RDMA. Its methods
+// are safe for concurrent use, except the collective ones (Barrier,
+// AllGather, Close and window creation), which every rank calls in the
+// same order from one goroutine at a time.
+type Group struct {
+	boot     *bootstrap.Conn
+	fab      *fabric.Fabric
+	probeErr error
+}
+
+// Join forms the group: rank 0 listens on Addr, the others join it and
+// prove they hold the secret, then every pair of ranks is connected by an
+// RC queue pair. It returns when every rank has joined.
+func Join(ctx context.Context, o Options) (*Group, error) {
+	boot, err := bootstrap.Join(ctx, bootstrap.Config{Rank: o.Rank, Size: o.Size, Addr: o.Addr, Secret: o.Secret})
+	if err != nil {
+		return nil, fmt.Errorf("group: %w", err)
+	}
+	gid := -1
+	if o.SetGIDIndex {
+		gid = o.GIDIndex
+	}
+	dev := o.Device
+	if dev == "" {
+		dev = os.Getenv("RMA_DEVICE")
+	}
+	fab, err := fabric.New(ctx, o.Rank, o.Size, boot, fabric.Options{
+		Device: dev, Port: o.Port, GIDIndex: gid, MTU: o.MTU, Spin: o.Spin,
+	})
+	if err != nil {
+		boot.Close()
+		return nil, fmt.Errorf("group: rank %d: %w", o.Rank, err)
+	}
+	g := &Group{boot: boot, fab: fab}
+	g.probeErr = g.probe(ctx)
+	if err := g.Barrier(ctx); err != nil {
+		g.Close()
+		return nil, err
+	}
+	return g, nil
+}
+
+// probe checks, on the loopback connection, that NIC atomics work in host
+// byte order.
+func (g *Group) probe(ctx context.Context) error {
+	if g.fab.DevAttr.AtomicCap == verbs.AtomicNone {
+		return fmt.Errorf("group: %w: device %s has no remote atomics", verbs.ErrNotSupported, g.fab.DeviceName())
+	}
+	mem, err := verbs.Alloc(4096)
+	if err != nil {
+		return err
+	}
+	defer verbs.Free(mem)
+	mr, err := g.fab.Register(mem, verbs.AccessRemoteAtomic|verbs.AccessRemoteRead)
+	if err != nil {
+		return err
+	}
+	defer mr.Close()
+	word := (*uint64)(unsafe.Pointer(&mem[0]))
+	*word = atomics.ProbeValue
+	return atomics.Probe(func(add uint64) (uint64, uint64, error) {
+		old, err := g.fab.FetchAdd(ctx, g.Rank(), mr.Addr(), mr.RKey(), add)
+		return old, *word, err
+	})
+}
+
+// Rank is this process's rank, from 0.
+func (g *Group) Rank() int { return g.boot.Rank() }
+
+// Size is the number of processes.
+func (g *Group) Size() int { return g.boot.Size() }
+
+// Device is the name of the RDMA device in use.
+func (g *Group) Device() string { return g.fab.DeviceName() }
+
+// DeviceAttr and PortAttr describe the device in use.
+func (g *Group) DeviceAttr() verbs.DeviceAttr { return g.fab.DevAttr }
+func (g *Group) PortAttr() verbs.PortAttr     { return g.fab.PortAttr }
+
+// NICAtomics reports whether the NIC's atomics passed the start-up probe
+// (nil), or why they are not used.
+func (g *Group) NICAtomics() error { return g.probeErr }
+
+// Barrier returns when every rank has called it.
+func (g *Group) Barrier(ctx context.Context) error {
+	if err := g.boot.Barrier(ctx); err != nil {
+		return fmt.Errorf("group: barrier: %w", err)
+	}
+	return nil
+}
+
+// AllGather gives every rank the bytes of every rank, indexed by rank.
+func (g *Group) AllGather(ctx context.Context, mine []byte) ([][]byte, error) {
+	all, err := g.boot.AllGather(ctx, mine)
+	if err != nil {
+		return nil, fmt.Errorf("group: all-gather: %w", err)
+	}
+	return all, nil
+}
+
+// Fabric gives the packages of this module the group's RDMA connections.
+func (g *Group) Fabric() *fabric.Fabric { return g.fab }
+
+// Close releases the group's connections. Windows must be freed first.
+func (g *Group) Close() error {
+	return errors.Join(g.fab.Close(), g.boot.Close())
+}

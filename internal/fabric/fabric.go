@@ -1,0 +1,687 @@
+// Package fabric owns a process's RDMA resources for a group: the device, a
+// protection domain, one completion queue with its channel, an RC queue pair
+// to every rank (itself included, through a loopback pair), and a registered
+// scratch area for atomic results and staging. It posts work requests for the
+// packages above it and completes them without a background goroutine: the
+// goroutine that waits polls the CQ (one at a time), spins for a short while,
+// then sleeps on the completion channel.
+package fabric
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/onesided/rma/verbs"
+)
+
+// Exchanger is the out-of-band all-gather used to swap QP endpoints.
+type Exchanger interface {
+	AllGather(ctx context.Context, mine []byte) ([][]byte, error)
+}
+
+// Options tune the fabric. The zero value picks defaults.
+type Options struct {
+	Device    string        // RDMA device name; "" = the first one
+	Port      int           // port number; 0 = 1
+	GIDIndex  int           // source GID index; -1 = the RoCE v2 IPv4 GID (or the first usable one)
+	MTU       verbs.MTU     // path MTU; 0 = the port's active MTU
+	Slots     int           // work requests in flight per process; 0 = 256
+	ChunkSize int           // staging chunk size; 0 = 64 KiB
+	Chunks    int           // staging chunks; 0 = 32
+	Spin      time.Duration // how long a waiter polls before it sleeps on the channel; 0 = 50us
+	// Timeout is the transport ACK timeout exponent (4.096us * 2^Timeout); 0 = 14 (~67 ms).
+	Timeout int
+	// RetryCount is the transport retry count; 0 = 7.
+	RetryCount int
+}
+
+// Fabric is one process's connected RDMA resources. Its methods are safe for
+// concurrent use, except Close.
+type Fabric struct {
+	rank, size int
+
+	dev  *verbs.Context
+	pd   *verbs.PD
+	ch   *verbs.CompChannel
+	cq   *verbs.CQ
+	path verbs.Path
+
+	DevAttr  verbs.DeviceAttr
+	PortAttr verbs.PortAttr
+	GID      verbs.GIDEntry
+
+	peers []peer
+	selfB *verbs.QP // the responder half of the loopback pair
+
+	mem       []byte // scratch: 8 bytes per slot, then the staging chunks
+	mr        *verbs.MR
+	chunkSize int
+	chunkOff  int
+	maxInline int
+
+	slots      []slot
+	freeSlots  chan uint32
+	freeChunks chan uint32
+
+	pollMu sync.Mutex
+	wcs    [32]verbs.WC
+	spin   time.Duration
+
+	probeErr error // result of the atomic byte-order probe
+}
+
+type peer struct {
+	qp        *verbs.QP
+	posted    atomic.Uint64
+	completed atomic.Uint64
+	mu        sync.Mutex
+	err       error // first error of a fire-and-forget request since the last Flush
+}
+
+const (
+	slotFree uint32 = iota
+	slotBusy
+	slotDone
+	slotAbandoned
+)
+
+type slot struct {
+	state atomic.Uint32
+	async bool  // nobody waits: the completion releases it
+	peer  int32 // rank
+	chunk int32 // staging chunk held, or -1
+	err   error
+	wake  chan struct{}
+	timer *time.Timer
+}
+
+// ErrPeerLost is returned when a peer's connection fails.
+var ErrPeerLost = verbs.ErrPeerLost
+
+// New opens the device, creates the resources and connects an RC QP to every
+// rank through ex. It is collective: every rank must call it.
+func New(ctx context.Context, rank, size int, ex Exchanger, o Options) (f *Fabric, err error) {
+	if o.Port == 0 {
+		o.Port = 1
+	}
+	if o.Slots == 0 {
+		o.Slots = 256
+	}
+	if o.ChunkSize == 0 {
+		o.ChunkSize = 64 << 10
+	}
+	if o.Chunks == 0 {
+		o.Chunks = 32
+	}
+	if o.Spin == 0 {
+		o.Spin = 50 * time.Microsecond
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 14
+	}
+	if o.RetryCount == 0 {
+		o.RetryCount = 7
+	}
+	f = &Fabric{rank: rank, size: size, spin: o.Spin, chunkSize: o.ChunkSize}
+	defer func() {
+		if err != nil {
+			f.Close()
+		}
+	}()
+	if f.dev, err = verbs.Open(o.Device); err != nil {
+		return nil, err
+	}
+	if f.DevAttr, err = f.dev.QueryDevice(); err != nil {
+		return nil, err
+	}
+	if f.PortAttr, err = f.dev.QueryPort(o.Port); err != nil {
+		return nil, err
+	}
+	if f.PortAttr.State != verbs.PortActive {
+		return nil, fmt.Errorf("fabric: %s port %d is %s, not ACTIVE", f.dev.Name(), o.Port, f.PortAttr.State)
+	}
+	gidIndex := o.GIDIndex
+	if gidIndex < 0 {
+		table, err := f.dev.GIDTable(o.Port)
+		if err != nil {
+			return nil, err
+		}
+		if gidIndex, err = verbs.DefaultGIDIndex(table); err != nil && f.PortAttr.LinkLayer == verbs.LinkLayerEthernet {
+			return nil, err
+		}
+	}
+	if f.GID, err = f.dev.QueryGID(o.Port, gidIndex); err != nil && f.PortAttr.LinkLayer == verbs.LinkLayerEthernet {
+		return nil, err
+	}
+	mtu := o.MTU
+	if mtu == 0 || mtu > f.PortAttr.ActiveMTU {
+		mtu = f.PortAttr.ActiveMTU
+	}
+	rd := min(f.DevAttr.MaxQPRdAtom, f.DevAttr.MaxQPInitRdAtom, 16)
+	if rd < 1 {
+		rd = 1
+	}
+	f.path = verbs.Path{
+		Port: o.Port, LinkLayer: f.PortAttr.LinkLayer, GIDIndex: gidIndex, MTU: mtu,
+		MaxRdAtomic: rd, Timeout: o.Timeout, RetryCount: o.RetryCount, RNRRetry: 7, MinRNRTimer: 12,
+		Access: verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic,
+	}
+
+	if f.pd, err = f.dev.AllocPD(); err != nil {
+		return nil, err
+	}
+	if f.ch, err = f.dev.CreateCompChannel(); err != nil {
+		return nil, err
+	}
+	if f.cq, err = f.dev.CreateCQ(o.Slots+16, f.ch); err != nil {
+		return nil, err
+	}
+	f.chunkOff = (o.Slots*8 + 4095) &^ 4095
+	if f.mem, err = verbs.Alloc(f.chunkOff + o.Chunks*o.ChunkSize); err != nil {
+		return nil, err
+	}
+	if f.mr, err = f.pd.RegisterMR(f.mem, verbs.AccessLocalWrite); err != nil {
+		return nil, err
+	}
+	f.slots = make([]slot, o.Slots)
+	f.freeSlots = make(chan uint32, o.Slots)
+	for i := range f.slots {
+		f.slots[i].wake = make(chan struct{}, 1)
+		f.slots[i].chunk = -1
+		f.freeSlots <- uint32(i)
+	}
+	f.freeChunks = make(chan uint32, o.Chunks)
+	for i := 0; i < o.Chunks; i++ {
+		f.freeChunks <- uint32(i)
+	}
+
+	// One QP per rank; for itself, a loopback pair (A posts, B responds).
+	qpc := verbs.QPConfig{SendCQ: f.cq, RecvCQ: f.cq, MaxSendWR: o.Slots, MaxRecvWR: 1, MaxInlineData: 64}
+	f.peers = make([]peer, size)
+	for r := range f.peers {
+		if f.peers[r].qp, err = f.pd.CreateQP(qpc); err != nil {
+			return nil, err
+		}
+	}
+	f.maxInline = f.peers[rank].qp.MaxInline()
+	if f.selfB, err = f.pd.CreateQP(qpc); err != nil {
+		return nil, err
+	}
+	local := make([]verbs.Endpoint, size)
+	mine := make([]byte, 0, size*verbs.EndpointSize)
+	for r := range f.peers {
+		local[r] = f.endpoint(f.peers[r].qp)
+		mine = local[r].AppendBinary(mine)
+	}
+	all, err := ex.AllGather(ctx, mine)
+	if err != nil {
+		return nil, fmt.Errorf("fabric: exchange endpoints: %w", err)
+	}
+	for r := range f.peers {
+		if len(all[r]) != size*verbs.EndpointSize {
+			return nil, fmt.Errorf("fabric: rank %d sent %d bytes of endpoints, want %d", r, len(all[r]), size*verbs.EndpointSize)
+		}
+		var remote verbs.Endpoint
+		if r == rank {
+			b := f.endpoint(f.selfB)
+			if err := f.selfB.Connect(&f.path, b, local[r]); err != nil {
+				return nil, err
+			}
+			remote = b
+		} else {
+			off := rank * verbs.EndpointSize
+			if remote, err = verbs.DecodeEndpoint(all[r][off : off+verbs.EndpointSize]); err != nil {
+				return nil, fmt.Errorf("fabric: endpoint from rank %d: %w", r, err)
+			}
+		}
+		if err := f.peers[r].qp.Connect(&f.path, local[r], remote); err != nil {
+			return nil, fmt.Errorf("fabric: connect to rank %d: %w", r, err)
+		}
+	}
+	return f, nil
+}
+
+func (f *Fabric) endpoint(qp *verbs.QP) verbs.Endpoint {
+	var psn [4]byte
+	rand.Read(psn[:])
+	return verbs.Endpoint{QPN: qp.Num(), PSN: binary.LittleEndian.Uint32(psn[:]) & 0xffffff, LID: f.PortAttr.LID, GID: f.GID.GID}
+}
+
+// Rank and Size of the group the fabric connects.
+func (f *Fabric) Rank() int { return f.rank }
+func (f *Fabric) Size() int { return f.size }
+
+// DeviceName is the RDMA device in use.
+func (f *Fabric) DeviceName() string { return f.dev.Name() }
+
+// Path is the QP path in use.
+func (f *Fabric) Path() verbs.Path { return f.path }
+
+// MaxInline is the largest write sent inline.
+func (f *Fabric) MaxInline() int { return f.maxInline }
+
+// Register registers memory of a window for remote access.
+func (f *Fabric) Register(mem []byte, access verbs.Access) (*verbs.MR, error) {
+	return f.pd.RegisterMR(mem, access|verbs.AccessLocalWrite)
+}
+
+// Close releases every resource. Nothing may be in flight.
+func (f *Fabric) Close() error {
+	var errs []error
+	keep := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for i := range f.peers {
+		if f.peers[i].qp != nil {
+			keep(f.peers[i].qp.Close())
+		}
+	}
+	if f.selfB != nil {
+		keep(f.selfB.Close())
+	}
+	if f.mr != nil {
+		keep(f.mr.Close())
+	}
+	if f.mem != nil {
+		keep(verbs.Free(f.mem))
+	}
+	if f.cq != nil {
+		keep(f.cq.Close())
+	}
+	if f.ch != nil {
+		keep(f.ch.Close())
+	}
+	if f.pd != nil {
+		keep(f.pd.Close())
+	}
+	if f.dev != nil {
+		keep(f.dev.Close())
+	}
+	*f = Fabric{}
+	return errors.Join(errs...)
+}
+
+// --- slots and chunks ---
+
+func (f *Fabric) acquireSlot(ctx context.Context, rank int, async bool) (uint32, error) {
+	for {
+		select {
+		case id := <-f.freeSlots:
+			s := &f.slots[id]
+			s.state.Store(slotBusy)
+			s.async, s.peer, s.chunk, s.err = async, int32(rank), -1, nil
+			return id, nil
+		default:
+		}
+		if err := f.progressUntil(ctx, func() bool { return len(f.freeSlots) > 0 }, nil); err != nil {
+			return 0, err
+		}
+	}
+}
+
+func (f *Fabric) releaseSlot(id uint32) {
+	s := &f.slots[id]
+	if s.chunk >= 0 {
+		f.freeChunks <- uint32(s.chunk)
+		s.chunk = -1
+	}
+	s.state.Store(slotFree)
+	f.freeSlots <- id
+}
+
+func (f *Fabric) acquireChunk(ctx context.Context) (int32, error) {
+	for {
+		select {
+		case c := <-f.freeChunks:
+			return int32(c), nil
+		default:
+		}
+		if err := f.progressUntil(ctx, func() bool { return len(f.freeChunks) > 0 }, nil); err != nil {
+			return 0, err
+		}
+	}
+}
+
+func (f *Fabric) chunk(c int32) []byte {
+	off := f.chunkOff + int(c)*f.chunkSize
+	return f.mem[off : off+f.chunkSize : off+f.chunkSize]
+}
+
+func (f *Fabric) atomicLocal(id uint32) verbs.Local { return f.mr.Local(int(id)*8, 8) }
+
+func (f *Fabric) atomicResult(id uint32) uint64 {
+	return *(*uint64)(unsafe.Pointer(&f.mem[id*8]))
+}
+
+// --- completion ---
+
+// pollLocked polls one batch and dispatches it; pollMu is held.
+func (f *Fabric) pollLocked() int {
+	n, err := f.cq.Poll(f.wcs[:])
+	if err != nil {
+		return 0
+	}
+	for i := 0; i < n; i++ {
+		wc := &f.wcs[i]
+		id := uint32(wc.WRID)
+		if int(id) >= len(f.slots) {
+			continue
+		}
+		s := &f.slots[id]
+		p := &f.peers[s.peer]
+		if werr := wc.Err(); werr != nil {
+			s.err = fmt.Errorf("rank %d: %w", s.peer, werr)
+		}
+		if s.async {
+			if s.err != nil {
+				p.mu.Lock()
+				if p.err == nil {
+					p.err = s.err
+				}
+				p.mu.Unlock()
+			}
+			p.completed.Add(1)
+			f.releaseSlot(id)
+			continue
+		}
+		p.completed.Add(1)
+		if !s.state.CompareAndSwap(slotBusy, slotDone) {
+			f.releaseSlot(id) // the waiter gave up
+			continue
+		}
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
+	}
+	return n
+}
+
+// progressUntil drives completions until done reports true or ctx ends.
+// wake, if not nil, is signalled when the condition may have become true.
+func (f *Fabric) progressUntil(ctx context.Context, done func() bool, s *slot) error {
+	var spinStart time.Time
+	for i := 0; ; i++ {
+		if done() {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if f.pollMu.TryLock() {
+			n := f.pollLocked()
+			if n == 0 && !done() {
+				if spinStart.IsZero() {
+					spinStart = time.Now()
+				} else if i&15 == 0 && time.Since(spinStart) > f.spin {
+					err := f.sleepLocked(ctx, done)
+					spinStart = time.Time{}
+					if err != nil {
+						f.pollMu.Unlock()
+						return err
+					}
+				}
+			} else {
+				spinStart = time.Time{}
+			}
+			f.pollMu.Unlock()
+			continue
+		}
+		// Another goroutine polls for everyone; wait to be woken or to take over.
+		if i < 64 {
+			runtime.Gosched()
+			continue
+		}
+		if s == nil {
+			time.Sleep(20 * time.Microsecond)
+			continue
+		}
+		if s.timer == nil {
+			s.timer = time.NewTimer(time.Millisecond)
+		} else {
+			s.timer.Reset(time.Millisecond)
+		}
+		select {
+		case <-s.wake:
+		case <-s.timer.C:
+		case <-ctx.Done():
+		}
+		s.timer.Stop()
+	}
+}
+
+// sleepLocked arms the CQ and sleeps on the channel until an event comes.
+func (f *Fabric) sleepLocked(ctx context.Context, done func() bool) error {
+	if err := f.cq.ReqNotify(); err != nil {
+		return err
+	}
+	if f.pollLocked() > 0 || done() {
+		return nil
+	}
+	return f.ch.Wait(ctx)
+}
+
+// wait waits for a synchronous slot and releases it, unless ctx ended first:
+// then the slot is abandoned (its completion releases it) and abandoned is
+// true. Call release after reading the slot's results.
+func (f *Fabric) wait(ctx context.Context, id uint32) (abandoned bool, err error) {
+	s := &f.slots[id]
+	if err := f.progressUntil(ctx, func() bool { return s.state.Load() == slotDone }, s); err != nil {
+		if s.state.CompareAndSwap(slotBusy, slotAbandoned) {
+			return true, err
+		}
+	}
+	select {
+	case <-s.wake:
+	default:
+	}
+	return false, s.err
+}
+
+func (f *Fabric) checkRank(rank int) error {
+	if rank < 0 || rank >= f.size {
+		return fmt.Errorf("fabric: rank %d outside [0,%d)", rank, f.size)
+	}
+	return nil
+}
+
+// --- operations ---
+
+// Write copies src to raddr at rank. It returns once the data is handed to
+// the NIC (src may be reused); Flush reports its completion.
+func (f *Fabric) Write(ctx context.Context, rank int, src []byte, raddr uint64, rkey uint32) error {
+	p := &f.peers[rank]
+	if len(src) <= f.maxInline {
+		id, err := f.acquireSlot(ctx, rank, true)
+		if err != nil {
+			return err
+		}
+		p.posted.Add(1)
+		if err := p.qp.PostWriteInline(uint64(id), src, raddr, rkey, verbs.SendSignaled); err != nil {
+			p.completed.Add(1)
+			f.releaseSlot(id)
+			return err
+		}
+		return nil
+	}
+	for len(src) > 0 {
+		n := min(len(src), f.chunkSize)
+		c, err := f.acquireChunk(ctx)
+		if err != nil {
+			return err
+		}
+		copy(f.chunk(c), src[:n])
+		id, err := f.acquireSlot(ctx, rank, true)
+		if err != nil {
+			f.freeChunks <- uint32(c)
+			return err
+		}
+		f.slots[id].chunk = c
+		p.posted.Add(1)
+		l := f.mr.Local(f.chunkOff+int(c)*f.chunkSize, n)
+		if err := p.qp.PostWrite(uint64(id), l, raddr, rkey, verbs.SendSignaled); err != nil {
+			p.completed.Add(1)
+			f.releaseSlot(id)
+			return err
+		}
+		src, raddr = src[n:], raddr+uint64(n)
+	}
+	return nil
+}
+
+// Read copies len(dst) bytes from raddr at rank into dst and returns when
+// they are there.
+func (f *Fabric) Read(ctx context.Context, rank int, dst []byte, raddr uint64, rkey uint32) error {
+	p := &f.peers[rank]
+	type pending struct {
+		id  uint32
+		off int
+		n   int
+	}
+	var ring [8]pending
+	head, tail := 0, 0
+	var firstErr error
+	finish := func() {
+		pd := ring[head%len(ring)]
+		head++
+		abandoned, err := f.wait(ctx, pd.id)
+		if err == nil {
+			copy(dst[pd.off:pd.off+pd.n], f.chunk(f.slots[pd.id].chunk)[:pd.n])
+		} else if firstErr == nil {
+			firstErr = err
+		}
+		if !abandoned {
+			f.releaseSlot(pd.id)
+		}
+	}
+	for off := 0; off < len(dst) && firstErr == nil; {
+		n := min(len(dst)-off, f.chunkSize)
+		if tail-head == len(ring) || (len(f.freeChunks) == 0 && tail > head) {
+			finish()
+			continue
+		}
+		c, err := f.acquireChunk(ctx)
+		if err != nil {
+			firstErr = err
+			break
+		}
+		id, err := f.acquireSlot(ctx, rank, false)
+		if err != nil {
+			f.freeChunks <- uint32(c)
+			firstErr = err
+			break
+		}
+		f.slots[id].chunk = c
+		p.posted.Add(1)
+		l := f.mr.Local(f.chunkOff+int(c)*f.chunkSize, n)
+		if err := p.qp.PostRead(uint64(id), l, raddr+uint64(off), rkey, verbs.SendSignaled); err != nil {
+			p.completed.Add(1)
+			f.releaseSlot(id)
+			firstErr = err
+			break
+		}
+		ring[tail%len(ring)] = pending{id, off, n}
+		tail++
+		off += n
+	}
+	for head < tail {
+		finish()
+	}
+	return firstErr
+}
+
+// FetchAdd atomically adds add to the 8-byte word at raddr and returns its
+// old value.
+func (f *Fabric) FetchAdd(ctx context.Context, rank int, raddr uint64, rkey uint32, add uint64) (uint64, error) {
+	return f.atomic(ctx, rank, raddr, rkey, true, add, 0)
+}
+
+// CompareSwap atomically replaces the 8-byte word at raddr by swap if it
+// equals compare, and returns its old value.
+func (f *Fabric) CompareSwap(ctx context.Context, rank int, raddr uint64, rkey uint32, compare, swap uint64) (uint64, error) {
+	return f.atomic(ctx, rank, raddr, rkey, false, compare, swap)
+}
+
+func (f *Fabric) atomic(ctx context.Context, rank int, raddr uint64, rkey uint32, fadd bool, a, b uint64) (uint64, error) {
+	p := &f.peers[rank]
+	id, err := f.acquireSlot(ctx, rank, false)
+	if err != nil {
+		return 0, err
+	}
+	p.posted.Add(1)
+	if fadd {
+		err = p.qp.PostFetchAdd(uint64(id), f.atomicLocal(id), raddr, rkey, a, verbs.SendSignaled)
+	} else {
+		err = p.qp.PostCompareSwap(uint64(id), f.atomicLocal(id), raddr, rkey, a, b, verbs.SendSignaled)
+	}
+	if err != nil {
+		p.completed.Add(1)
+		f.releaseSlot(id)
+		return 0, err
+	}
+	return f.waitWord(ctx, id)
+}
+
+// waitWord waits for an 8-byte result.
+func (f *Fabric) waitWord(ctx context.Context, id uint32) (uint64, error) {
+	abandoned, err := f.wait(ctx, id)
+	if abandoned {
+		return 0, err
+	}
+	v := f.atomicResult(id)
+	f.releaseSlot(id)
+	return v, err
+}
+
+// Read8 reads the aligned 8-byte word at raddr with one RDMA READ, which is
+// atomic with respect to NIC atomics and to the target CPU's aligned stores.
+func (f *Fabric) Read8(ctx context.Context, rank int, raddr uint64, rkey uint32) (uint64, error) {
+	p := &f.peers[rank]
+	id, err := f.acquireSlot(ctx, rank, false)
+	if err != nil {
+		return 0, err
+	}
+	p.posted.Add(1)
+	if err := p.qp.PostRead(uint64(id), f.atomicLocal(id), raddr, rkey, verbs.SendSignaled); err != nil {
+		p.completed.Add(1)
+		f.releaseSlot(id)
+		return 0, err
+	}
+	return f.waitWord(ctx, id)
+}
+
+// Flush waits until every request posted to rank so far has completed and
+// returns the first error of a fire-and-forget request among them.
+func (f *Fabric) Flush(ctx context.Context, rank int) error {
+	p := &f.peers[rank]
+	target := p.posted.Load()
+	if err := f.progressUntil(ctx, func() bool { return p.completed.Load() >= target }, nil); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	err := p.err
+	p.err = nil
+	p.mu.Unlock()
+	return err
+}
+
+// FlushAll flushes every rank.
+func (f *Fabric) FlushAll(ctx context.Context) error {
+	var first error
+	for r := range f.peers {
+		if err := f.Flush(ctx, r); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}

@@ -1,0 +1,199 @@
+//go:build integration
+
+package test
+
+import (
+	"errors"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/onesided/rma/verbs"
+)
+
+// loopback is a device with a pair of RC QPs connected to each other.
+type loopback struct {
+	dev    *verbs.Context
+	pd     *verbs.PD
+	cq     *verbs.CQ
+	a, b   *verbs.QP
+	mem    []byte
+	mr     *verbs.MR
+	closed []func() error
+}
+
+func newLoopback(t *testing.T, access verbs.Access) *loopback {
+	t.Helper()
+	requireDevice(t)
+	l := &loopback{}
+	t.Cleanup(func() {
+		for i := len(l.closed) - 1; i >= 0; i-- {
+			if err := l.closed[i](); err != nil {
+				t.Errorf("close: %v", err)
+			}
+		}
+	})
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var err error
+	l.dev, err = verbs.Open("")
+	must(err)
+	l.closed = append(l.closed, l.dev.Close)
+	pa, err := l.dev.QueryPort(1)
+	must(err)
+	table, err := l.dev.GIDTable(1)
+	must(err)
+	gidIndex, err := verbs.DefaultGIDIndex(table)
+	must(err)
+	gid, err := l.dev.QueryGID(1, gidIndex)
+	must(err)
+	l.pd, err = l.dev.AllocPD()
+	must(err)
+	l.closed = append(l.closed, l.pd.Close)
+	l.cq, err = l.dev.CreateCQ(64, nil)
+	must(err)
+	l.closed = append(l.closed, l.cq.Close)
+	l.mem, err = verbs.Alloc(4096)
+	must(err)
+	l.closed = append(l.closed, func() error { return verbs.Free(l.mem) })
+	l.mr, err = l.pd.RegisterMR(l.mem, access|verbs.AccessLocalWrite)
+	must(err)
+	l.closed = append(l.closed, l.mr.Close)
+	cfg := verbs.QPConfig{SendCQ: l.cq, RecvCQ: l.cq, MaxSendWR: 16, MaxRecvWR: 16}
+	l.a, err = l.pd.CreateQP(cfg)
+	must(err)
+	l.closed = append(l.closed, l.a.Close)
+	l.b, err = l.pd.CreateQP(cfg)
+	must(err)
+	l.closed = append(l.closed, l.b.Close)
+	path := verbs.Path{Port: 1, LinkLayer: pa.LinkLayer, GIDIndex: gidIndex, MTU: pa.ActiveMTU,
+		MaxRdAtomic: 1, Timeout: 14, RetryCount: 7, RNRRetry: 7, MinRNRTimer: 12, Access: access}
+	ea := verbs.Endpoint{QPN: l.a.Num(), PSN: 1, LID: pa.LID, GID: gid.GID}
+	eb := verbs.Endpoint{QPN: l.b.Num(), PSN: 2, LID: pa.LID, GID: gid.GID}
+	must(l.a.Connect(&path, ea, eb))
+	must(l.b.Connect(&path, eb, ea))
+	return l
+}
+
+// one waits for one completion.
+func (l *loopback) one(t *testing.T) verbs.WC {
+	t.Helper()
+	var wcs [4]verbs.WC
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		n, err := l.cq.Poll(wcs[:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			return wcs[0]
+		}
+		if n > 1 {
+			t.Fatalf("%d completions, want 1", n)
+		}
+		time.Sleep(10 * time.Microsecond)
+	}
+	t.Fatal("no completion in 30 s")
+	return verbs.WC{}
+}
+
+func TestVerbsDevice(t *testing.T) {
+	requireDevice(t)
+	devs, _ := verbs.Devices()
+	dev, err := verbs.Open(devs[0].Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	da, err := dev.QueryDevice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pa, err := dev.QueryPort(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	table, err := dev.GIDTable(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("device %s on %v: atomic_cap %v, max_qp_wr %d, max_qp_rd_atom %d, port %v, link layer %v, active MTU %v",
+		dev.Name(), devs[0].Netdevs, da.AtomicCap, da.MaxQPWR, da.MaxQPRdAtom, pa.State, pa.LinkLayer, pa.ActiveMTU)
+	for _, e := range table {
+		t.Logf("GID %d: %v %v %s", e.Index, e.GID, e.Type, e.Netdev)
+	}
+	if pa.State != verbs.PortActive {
+		t.Errorf("port 1 is %v", pa.State)
+	}
+	if da.MaxQPWR < 1 || da.PhysPortCount < 1 {
+		t.Errorf("implausible attributes %+v", da)
+	}
+	if _, err := verbs.Open("no-such-device"); !errors.Is(err, verbs.ErrNoDevice) {
+		t.Errorf("Open of a missing device: %v", err)
+	}
+}
+
+func TestVerbsAtomics(t *testing.T) {
+	l := newLoopback(t, verbs.AccessRemoteAtomic|verbs.AccessRemoteRead|verbs.AccessRemoteWrite)
+	word := (*uint64)(unsafe.Pointer(&l.mem[64]))
+	*word = 40
+	if err := l.a.PostFetchAdd(7, l.mr.Local(0, 8), l.mr.Addr()+64, l.mr.RKey(), 2, verbs.SendSignaled); err != nil {
+		t.Fatal(err)
+	}
+	wc := l.one(t)
+	if err := wc.Err(); err != nil || wc.WRID != 7 || wc.Opcode != verbs.WCFetchAdd {
+		t.Fatalf("fetch-add completion %+v: %v", wc, err)
+	}
+	if old := *(*uint64)(unsafe.Pointer(&l.mem[0])); old != 40 || *word != 42 {
+		t.Fatalf("fetch-add: old %d, now %d; want 40, 42", old, *word)
+	}
+	if err := l.a.PostCompareSwap(8, l.mr.Local(8, 8), l.mr.Addr()+64, l.mr.RKey(), 42, 5, verbs.SendSignaled); err != nil {
+		t.Fatal(err)
+	}
+	if wc := l.one(t); wc.Err() != nil || *word != 5 {
+		t.Fatalf("compare-swap: %v, word %d", wc.Err(), *word)
+	}
+	// A misaligned atomic is refused (at post time on some providers, with
+	// an error completion on others) and leaves memory alone.
+	err := l.a.PostFetchAdd(9, l.mr.Local(0, 8), l.mr.Addr()+68, l.mr.RKey(), 1, verbs.SendSignaled)
+	if err == nil {
+		wc = l.one(t)
+		err = wc.Err()
+		var ce *verbs.CompletionError
+		if !errors.As(err, &ce) {
+			t.Fatalf("misaligned fetch-add completed with %v", err)
+		}
+	}
+	t.Logf("misaligned fetch-add: %v", err)
+	if *word != 5 || *(*uint64)(unsafe.Pointer(&l.mem[72])) != 0 {
+		t.Fatalf("misaligned fetch-add changed memory")
+	}
+}
+
+func TestVerbsBadRKey(t *testing.T) {
+	l := newLoopback(t, verbs.AccessRemoteRead|verbs.AccessRemoteWrite)
+	if err := l.a.PostRead(1, l.mr.Local(0, 8), l.mr.Addr()+64, l.mr.RKey()^0x5a5a, verbs.SendSignaled); err != nil {
+		t.Fatal(err)
+	}
+	wc := l.one(t)
+	if err := wc.Err(); !errors.Is(err, verbs.ErrRemoteAccess) {
+		t.Fatalf("read with a bad rkey: %v, want ErrRemoteAccess", err)
+	}
+}
+
+func TestVerbsNoAtomicRight(t *testing.T) {
+	l := newLoopback(t, verbs.AccessRemoteRead|verbs.AccessRemoteWrite)
+	if err := l.a.PostFetchAdd(1, l.mr.Local(0, 8), l.mr.Addr()+64, l.mr.RKey(), 1, verbs.SendSignaled); err != nil {
+		t.Fatal(err)
+	}
+	wc := l.one(t)
+	if err := wc.Err(); err == nil {
+		t.Fatal("fetch-add on a region without remote-atomic access succeeded")
+	} else {
+		t.Logf("fetch-add without the right: %v", err)
+	}
+}
