@@ -449,6 +449,17 @@ func (qp *QP) PostSendInline(wrID uint64, data []byte, flags SendFlags) error {
 	return postSendInline(qp.p, wrID, opSend, flags, data, 0, 0, 0)
 }
 
+// PostSendImm posts a SEND of l carrying 32 bits of immediate data.
+func (qp *QP) PostSendImm(wrID uint64, l Local, imm uint32, flags SendFlags) error {
+	return postSend(qp.p, wrID, opSendImm, flags, l, 0, 0, 0, 0, imm)
+}
+
+// PostSendInlineImm posts a SEND with immediate data whose payload is copied
+// from data during the call.
+func (qp *QP) PostSendInlineImm(wrID uint64, data []byte, imm uint32, flags SendFlags) error {
+	return postSendInline(qp.p, wrID, opSendImm, flags, data, 0, 0, imm)
+}
+
 // PostRecv posts a receive buffer.
 func (qp *QP) PostRecv(wrID uint64, l Local) error { return postRecv(qp.p, wrID, l) }
 

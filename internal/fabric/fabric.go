@@ -37,6 +37,8 @@ type Options struct {
 	ChunkSize int           // staging chunk size; 0 = 64 KiB
 	Chunks    int           // staging chunks; 0 = 32
 	Spin      time.Duration // how long a waiter polls before it sleeps on the channel; 0 = 50us
+	Credits   int           // active messages in flight per peer; 0 = 8
+	MsgSize   int           // active-message buffer size; 0 = 64 KiB
 	// Timeout is the transport ACK timeout exponent (4.096us * 2^Timeout); 0 = 14 (~67 ms).
 	Timeout int
 	// RetryCount is the transport retry count; 0 = 7.
@@ -75,7 +77,7 @@ type Fabric struct {
 	wcs    [32]verbs.WC
 	spin   time.Duration
 
-	probeErr error // result of the atomic byte-order probe
+	m messaging // active messages
 }
 
 type peer struct {
@@ -121,6 +123,12 @@ func New(ctx context.Context, rank, size int, ex Exchanger, o Options) (f *Fabri
 	if o.Chunks == 0 {
 		o.Chunks = 32
 	}
+	if o.Credits == 0 {
+		o.Credits = 8
+	}
+	if o.MsgSize == 0 {
+		o.MsgSize = 64 << 10
+	}
 	if o.Spin == 0 {
 		o.Spin = 50 * time.Microsecond
 	}
@@ -130,10 +138,11 @@ func New(ctx context.Context, rank, size int, ex Exchanger, o Options) (f *Fabri
 	if o.RetryCount == 0 {
 		o.RetryCount = 7
 	}
-	f = &Fabric{rank: rank, size: size, spin: o.Spin, chunkSize: o.ChunkSize}
+	fab := &Fabric{rank: rank, size: size, spin: o.Spin, chunkSize: o.ChunkSize}
+	f = fab
 	defer func() {
 		if err != nil {
-			f.Close()
+			fab.Close()
 		}
 	}()
 	if f.dev, err = verbs.Open(o.Device); err != nil {
@@ -204,7 +213,10 @@ func New(ctx context.Context, rank, size int, ex Exchanger, o Options) (f *Fabri
 	}
 
 	// One QP per rank; for itself, a loopback pair (A posts, B responds).
-	qpc := verbs.QPConfig{SendCQ: f.cq, RecvCQ: f.cq, MaxSendWR: o.Slots, MaxRecvWR: 1, MaxInlineData: 64}
+	if err = f.initMessaging(o.Credits, o.MsgSize); err != nil {
+		return nil, err
+	}
+	qpc := verbs.QPConfig{SendCQ: f.cq, RecvCQ: f.m.cq, MaxSendWR: o.Slots, MaxRecvWR: 2 * o.Credits, MaxInlineData: 256}
 	f.peers = make([]peer, size)
 	for r := range f.peers {
 		if f.peers[r].qp, err = f.pd.CreateQP(qpc); err != nil {
@@ -213,6 +225,9 @@ func New(ctx context.Context, rank, size int, ex Exchanger, o Options) (f *Fabri
 	}
 	f.maxInline = f.peers[rank].qp.MaxInline()
 	if f.selfB, err = f.pd.CreateQP(qpc); err != nil {
+		return nil, err
+	}
+	if err = f.postReceives(); err != nil {
 		return nil, err
 	}
 	local := make([]verbs.Endpoint, size)
@@ -281,6 +296,7 @@ func (f *Fabric) Close() error {
 			errs = append(errs, err)
 		}
 	}
+	f.stopEngine()
 	for i := range f.peers {
 		if f.peers[i].qp != nil {
 			keep(f.peers[i].qp.Close())
@@ -289,12 +305,14 @@ func (f *Fabric) Close() error {
 	if f.selfB != nil {
 		keep(f.selfB.Close())
 	}
+	keep(f.closeMessaging())
 	if f.mr != nil {
 		keep(f.mr.Close())
 	}
 	if f.mem != nil {
 		keep(verbs.Free(f.mem))
 	}
+	keep(f.closeMessagingCQ())
 	if f.cq != nil {
 		keep(f.cq.Close())
 	}

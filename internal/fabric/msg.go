@@ -1,0 +1,452 @@
+package fabric
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/onesided/rma/verbs"
+)
+
+// Active messages: every rank may have Credits requests in flight to every
+// other rank. A request is a SEND with immediate data (the credit index)
+// into one of the receive buffers the target keeps posted on the QP; the
+// target's handler applies it and answers with a SEND whose immediate data
+// is the credit with replyFlag set. Each QP keeps 2*Credits receives posted
+// (Credits for the peer's requests, Credits for replies to ours), so a
+// sender with a credit always finds a buffer. Memory per process, fixed at
+// start: (size+1) * 2*Credits receive buffers + size * 2*Credits request and
+// reply buffers, all MsgSize bytes.
+//
+// Receive completions arrive on their own CQ. The engine goroutine polls it,
+// spins a little when work arrives, and sleeps on its completion channel
+// when idle; a goroutine waiting for a reply polls it too, so a reply does
+// not need a thread switch to be seen. Handlers run under recvMu, one at a
+// time.
+
+const replyFlag = 1 << 31
+
+// Handlers are the two sides of the active-message protocol.
+type Handlers struct {
+	// Request handles a request from rank and returns the reply, built in
+	// reply (a registered buffer of MsgSize bytes, empty).
+	Request func(rank int, req, reply []byte) []byte
+	// Reply receives the reply to the request that used credit, unless its
+	// waiter gave up (Wait returned a context error).
+	Reply func(rank, credit int, reply []byte)
+}
+
+type credit struct {
+	state atomic.Uint32 // slotFree, slotBusy, slotDone, slotAbandoned
+	async bool          // released by its reply
+	wake  chan struct{}
+	timer *time.Timer
+}
+
+type msgPeer struct {
+	free    chan uint16 // credits not in use
+	credits []credit
+	wake    chan struct{} // a credit was released
+}
+
+type recvBuf struct {
+	qp   *verbs.QP
+	rank int
+}
+
+type messaging struct {
+	cq      *verbs.CQ
+	ch      *verbs.CompChannel
+	mem     []byte
+	mr      *verbs.MR
+	size    int // bytes per buffer
+	credits int
+	peers   []msgPeer
+	bufs    []recvBuf // receive buffer i -> its QP and sender
+	reqOff  int       // request buffers: reqOff + (rank*credits+c)*size
+	repOff  int       // reply buffers
+	h       Handlers
+	recvMu  sync.Mutex
+	wcs     [32]verbs.WC
+	stop    context.CancelFunc
+	done    chan struct{}
+	started bool
+}
+
+func (f *Fabric) initMessaging(credits, size int) (err error) {
+	m := &f.m
+	m.size, m.credits = size, credits
+	if m.ch, err = f.dev.CreateCompChannel(); err != nil {
+		return err
+	}
+	nrecv := (f.size + 1) * 2 * credits
+	if m.cq, err = f.dev.CreateCQ(nrecv+16, m.ch); err != nil {
+		return err
+	}
+	m.reqOff = nrecv * size
+	m.repOff = m.reqOff + f.size*credits*size
+	if m.mem, err = verbs.Alloc(m.repOff + f.size*credits*size); err != nil {
+		return err
+	}
+	if m.mr, err = f.pd.RegisterMR(m.mem, verbs.AccessLocalWrite); err != nil {
+		return err
+	}
+	m.peers = make([]msgPeer, f.size)
+	for r := range m.peers {
+		p := &m.peers[r]
+		p.free = make(chan uint16, credits)
+		p.credits = make([]credit, credits)
+		p.wake = make(chan struct{}, 1)
+		for c := range p.credits {
+			p.credits[c].wake = make(chan struct{}, 1)
+			p.free <- uint16(c)
+		}
+	}
+	return nil
+}
+
+// postReceives posts 2*credits receives on every QP, including the
+// responder half of the loopback pair.
+func (f *Fabric) postReceives() error {
+	m := &f.m
+	post := func(qp *verbs.QP, rank int) error {
+		for i := 0; i < 2*m.credits; i++ {
+			id := len(m.bufs)
+			m.bufs = append(m.bufs, recvBuf{qp: qp, rank: rank})
+			if err := qp.PostRecv(uint64(id), m.mr.Local(id*m.size, m.size)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for r := range f.peers {
+		if err := post(f.peers[r].qp, r); err != nil {
+			return err
+		}
+	}
+	return post(f.selfB, f.rank)
+}
+
+// StartMessaging installs the handlers and starts the engine goroutine.
+func (f *Fabric) StartMessaging(h Handlers) {
+	m := &f.m
+	m.h = h
+	ctx, cancel := context.WithCancel(context.Background())
+	m.stop, m.done, m.started = cancel, make(chan struct{}), true
+	go f.engine(ctx)
+}
+
+// stopEngine ends the engine goroutine.
+func (f *Fabric) stopEngine() {
+	m := &f.m
+	if m.started {
+		m.stop()
+		<-m.done
+		m.started = false
+	}
+}
+
+func (f *Fabric) closeMessaging() error {
+	m := &f.m
+	var first error
+	keep := func(err error) {
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	if m.mr != nil {
+		keep(m.mr.Close())
+	}
+	if m.mem != nil {
+		keep(verbs.Free(m.mem))
+	}
+	// The CQ is closed after the QPs, in Close.
+	return first
+}
+
+func (f *Fabric) closeMessagingCQ() error {
+	m := &f.m
+	var first error
+	if m.cq != nil {
+		first = m.cq.Close()
+	}
+	if m.ch != nil {
+		if err := m.ch.Close(); first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// engine serves requests while nobody else polls the receive CQ.
+func (f *Fabric) engine(ctx context.Context) {
+	m := &f.m
+	defer close(m.done)
+	var idleSince time.Time
+	for ctx.Err() == nil {
+		if !m.recvMu.TryLock() {
+			time.Sleep(20 * time.Microsecond)
+			continue
+		}
+		n := f.pollRecvLocked()
+		if n > 0 {
+			idleSince = time.Time{}
+			m.recvMu.Unlock()
+			continue
+		}
+		if idleSince.IsZero() {
+			idleSince = time.Now()
+			m.recvMu.Unlock()
+			continue
+		}
+		if time.Since(idleSince) < f.spin {
+			m.recvMu.Unlock()
+			continue
+		}
+		// Idle: arm, check once more, and sleep on the channel.
+		if err := m.cq.ReqNotify(); err != nil {
+			m.recvMu.Unlock()
+			return
+		}
+		n = f.pollRecvLocked()
+		m.recvMu.Unlock()
+		if n > 0 {
+			idleSince = time.Time{}
+			continue
+		}
+		if err := m.ch.Wait(ctx); err != nil && ctx.Err() == nil {
+			time.Sleep(time.Millisecond)
+		}
+		idleSince = time.Time{}
+	}
+}
+
+// pollRecvLocked handles one batch of receives; recvMu is held.
+func (f *Fabric) pollRecvLocked() int {
+	m := &f.m
+	n, err := m.cq.Poll(m.wcs[:])
+	if err != nil {
+		return 0
+	}
+	for i := 0; i < n; i++ {
+		wc := &m.wcs[i]
+		id := int(wc.WRID)
+		if id >= len(m.bufs) {
+			continue
+		}
+		if wc.Status != verbs.WCSuccess {
+			continue // flushed or failed: the QP is broken and not reposted
+		}
+		b := m.bufs[id]
+		data := m.mem[id*m.size : id*m.size+int(min(wc.ByteLen, uint32(m.size)))]
+		if wc.Imm&replyFlag != 0 {
+			f.onReply(b.rank, int(wc.Imm&0xffff), data)
+		} else {
+			f.onRequest(b, int(wc.Imm&0xffff), data)
+		}
+		// The buffer is free again once its message is handled.
+		b.qp.PostRecv(uint64(id), m.mr.Local(id*m.size, m.size))
+	}
+	return n
+}
+
+func (f *Fabric) onRequest(b recvBuf, c int, req []byte) {
+	m := &f.m
+	if c >= m.credits || m.h.Request == nil {
+		return // not a request a conforming origin sends: drop it
+	}
+	off := m.repOff + (b.rank*m.credits+c)*m.size
+	reply := m.h.Request(b.rank, req, m.mem[off:off:off+m.size])
+	imm := uint32(replyFlag | c)
+	// Reply on the QP the request came in on.
+	id, err := f.acquireSlot(context.Background(), b.rank, true)
+	if err != nil {
+		return
+	}
+	p := &f.peers[b.rank]
+	p.posted.Add(1)
+	if len(reply) <= f.maxInline {
+		err = b.qp.PostSendInlineImm(uint64(id), reply, imm, verbs.SendSignaled)
+	} else {
+		err = b.qp.PostSendImm(uint64(id), m.mr.Local(off, len(reply)), imm, verbs.SendSignaled)
+	}
+	if err != nil {
+		p.completed.Add(1)
+		f.releaseSlot(id)
+	}
+}
+
+func (f *Fabric) onReply(rank, c int, reply []byte) {
+	m := &f.m
+	if c >= m.credits {
+		return
+	}
+	p := &m.peers[rank]
+	cr := &p.credits[c]
+	switch st := cr.state.Load(); {
+	case st == slotBusy && cr.async:
+		if m.h.Reply != nil {
+			m.h.Reply(rank, c, reply)
+		}
+		f.releaseCredit(rank, c)
+	case st == slotBusy:
+		if m.h.Reply != nil {
+			m.h.Reply(rank, c, reply)
+		}
+		cr.state.Store(slotDone)
+		select {
+		case cr.wake <- struct{}{}:
+		default:
+		}
+	case st == slotAbandoned:
+		f.releaseCredit(rank, c)
+	}
+}
+
+func (f *Fabric) releaseCredit(rank, c int) {
+	p := &f.m.peers[rank]
+	p.credits[c].state.Store(slotFree)
+	p.free <- uint16(c)
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// MsgSize is the largest active message.
+func (f *Fabric) MsgSize() int { return f.m.size }
+
+// Credits is the number of requests in flight per target.
+func (f *Fabric) Credits() int { return f.m.credits }
+
+// Acquire takes a credit for a request to rank and returns it with the
+// registered buffer to build the request in.
+func (f *Fabric) Acquire(ctx context.Context, rank int) (int, []byte, error) {
+	m := &f.m
+	p := &m.peers[rank]
+	for {
+		select {
+		case c := <-p.free:
+			p.credits[c].state.Store(slotBusy)
+			off := m.reqOff + (rank*m.credits+int(c))*m.size
+			return int(c), m.mem[off : off+m.size : off+m.size], nil
+		default:
+		}
+		if err := f.progressMsg(ctx, func() bool { return len(p.free) > 0 }, p.wake, nil); err != nil {
+			return 0, nil, err
+		}
+	}
+}
+
+// Send posts the request of n bytes built in credit's buffer. If async, the
+// credit is released when its reply has been handed to Handlers.Reply;
+// otherwise the caller must call Wait.
+func (f *Fabric) Send(rank, c, n int, async bool) error {
+	m := &f.m
+	cr := &m.peers[rank].credits[c]
+	cr.async = async
+	off := m.reqOff + (rank*m.credits+c)*m.size
+	id, err := f.acquireSlot(context.Background(), rank, true)
+	if err != nil {
+		f.releaseCredit(rank, c)
+		return err
+	}
+	p := &f.peers[rank]
+	p.posted.Add(1)
+	if n <= f.maxInline {
+		err = p.qp.PostSendInlineImm(uint64(id), m.mem[off:off+n], uint32(c), verbs.SendSignaled)
+	} else {
+		err = p.qp.PostSendImm(uint64(id), m.mr.Local(off, n), uint32(c), verbs.SendSignaled)
+	}
+	if err != nil {
+		p.completed.Add(1)
+		f.releaseSlot(id)
+		f.releaseCredit(rank, c)
+	}
+	return err
+}
+
+// Release gives back a credit that was acquired but not sent.
+func (f *Fabric) Release(rank, c int) { f.releaseCredit(rank, c) }
+
+// Wait waits for the reply to a request sent with async false, then
+// releases its credit. If ctx ends first, the credit is abandoned (released
+// when the reply comes, without calling Handlers.Reply) and ctx's error returned.
+func (f *Fabric) Wait(ctx context.Context, rank, c int) error {
+	cr := &f.m.peers[rank].credits[c]
+	if err := f.progressMsg(ctx, func() bool { return cr.state.Load() == slotDone }, cr.wake, cr); err != nil {
+		if cr.state.CompareAndSwap(slotBusy, slotAbandoned) {
+			return err
+		}
+	}
+	select {
+	case <-cr.wake:
+	default:
+	}
+	f.releaseCredit(rank, c)
+	return nil
+}
+
+// FlushMessages waits until every request to rank has been answered.
+func (f *Fabric) FlushMessages(ctx context.Context, rank int) error {
+	m := &f.m
+	p := &m.peers[rank]
+	return f.progressMsg(ctx, func() bool { return len(p.free) == m.credits }, p.wake, nil)
+}
+
+// Pending reports whether requests to rank are awaiting replies.
+func (f *Fabric) Pending(rank int) bool { return len(f.m.peers[rank].free) != f.m.credits }
+
+// progressMsg drives receives (and sends) until done or ctx ends. After
+// spinning it sleeps on wake, which the engine goroutine signals.
+func (f *Fabric) progressMsg(ctx context.Context, done func() bool, wake chan struct{}, cr *credit) error {
+	m := &f.m
+	var spinStart time.Time
+	for i := 0; ; i++ {
+		if done() {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if m.recvMu.TryLock() {
+			n := f.pollRecvLocked()
+			m.recvMu.Unlock()
+			if n > 0 {
+				spinStart = time.Time{}
+				continue
+			}
+		}
+		if f.pollMu.TryLock() {
+			f.pollLocked()
+			f.pollMu.Unlock()
+		}
+		if spinStart.IsZero() {
+			spinStart = time.Now()
+			continue
+		}
+		if i&15 != 0 || time.Since(spinStart) < f.spin {
+			continue
+		}
+		// Sleep until the engine goroutine signals, re-checking every ms.
+		var t *time.Timer
+		if cr != nil {
+			if cr.timer == nil {
+				cr.timer = time.NewTimer(time.Millisecond)
+			} else {
+				cr.timer.Reset(time.Millisecond)
+			}
+			t = cr.timer
+		} else {
+			t = time.NewTimer(time.Millisecond)
+		}
+		select {
+		case <-wake:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+		spinStart = time.Time{}
+	}
+}

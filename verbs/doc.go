@@ -1,0 +1,27 @@
+// Package verbs is a thin Go binding of libibverbs: the only package of this
+// module that uses cgo.
+//
+// It covers what one-sided communication needs: listing devices with their
+// network devices (Devices), opening one (Open), device, port and GID
+// attributes, protection domains, memory regions over memory that does not
+// move (Alloc gives page-aligned memory outside the Go heap), completion
+// queues and channels, reliable-connected queue pairs with their
+// RESET-INIT-RTR-RTS transitions for RoCE (GRH, GID index) and InfiniBand
+// (LID), posting WRITE, READ, SEND, RECV, WRITE with immediate and the
+// 8-byte atomics, and polling completions in batches.
+//
+// Work requests are built in C from scalars; a work request id is an index
+// chosen by the caller, never an address; C keeps no Go pointer.
+//
+// Ownership: every object is closed by its owner, children before parents
+// (QP, then CQ, then channel; MR and PD; the Context last). OpenObjects
+// lists what is still open, with creation stacks after TrackObjects(true).
+//
+// Concurrency: posting to a QP and polling a CQ are safe from several
+// goroutines (the provider locks); Close must not race with use.
+//
+// Errors: a failed completion is a *CompletionError that errors.Is matches
+// against ErrRemoteAccess, ErrPeerLost, ErrFlushed, ErrRemoteOp or
+// ErrLocal. Without cgo, or outside Linux, every constructor returns
+// ErrNotSupported.
+package verbs
