@@ -11,6 +11,12 @@
 //     integers and CompareAndSwap on 64-bit integers go to the NIC; NO_OP on a
 //     64-bit type is an aligned 8-byte RDMA READ, safe against both paths;
 //     every other (op, datatype) pair goes to the target's engine.
+//   - A window may declare the (op, datatype) pairs it will use. If every
+//     declared pair is NIC-capable, all of them go to the NIC: SUM on 64-bit
+//     integers as fetch-and-add; REPLACE, MIN, MAX, BAND, BOR and BXOR on
+//     64-bit integers as compare-and-swap loops; NO_OP as a READ. If any is
+//     not, every accumulate on the window goes to the engine, so that mixing
+//     ops on one location is safe. A window declared "any op" does the same.
 //   - A device without remote atomics sends everything to the engine.
 //
 // ATOMIC_GLOB devices could relax the rule; this package does not assume so.
@@ -36,6 +42,9 @@ const (
 	NICCompareSwap
 	// NICRead: an aligned 8-byte RDMA READ (NO_OP on a 64-bit type).
 	NICRead
+	// NICCompareSwapLoop: READ, then IBV_WR_ATOMIC_CMP_AND_SWP until the
+	// word did not change in between (REPLACE, MIN, MAX, bitwise ops).
+	NICCompareSwapLoop
 )
 
 func (r Route) String() string {
@@ -48,6 +57,8 @@ func (r Route) String() string {
 		return "nic-compare-swap"
 	case NICRead:
 		return "nic-read"
+	case NICCompareSwapLoop:
+		return "nic-compare-swap-loop"
 	}
 	return fmt.Sprintf("Route(%d)", uint8(r))
 }
@@ -55,10 +66,25 @@ func (r Route) String() string {
 // NIC reports whether the route uses the NIC without the target CPU.
 func (r Route) NIC() bool { return r != Engine }
 
+// Pair is an (op, datatype) pair a window declares it will use.
+type Pair struct {
+	Op    op.Op
+	Basic datatype.Basic
+}
+
 // Policy is a window's routing, fixed when the window is created.
 type Policy struct {
-	nic bool // the device has usable remote atomics
+	nic    bool // the device has usable remote atomics
+	mode   uint8
+	pairs  []Pair
+	engine bool // declared pairs include one the NIC cannot do
 }
+
+const (
+	modeSameOpNoOp uint8 = iota
+	modeDeclared
+	modeAnyOp
+)
 
 // DefaultPolicy is MPI's same_op_no_op routing for a device with the given
 // atomic capability; probeErr is the result of Probe (nil: atomics work).
@@ -66,27 +92,97 @@ func DefaultPolicy(cap verbs.AtomicCap, probeErr error) Policy {
 	return Policy{nic: cap != verbs.AtomicNone && probeErr == nil}
 }
 
+// DeclaredPolicy routes a window that will use only the given pairs (and
+// NO_OP, and CompareAndSwap on 64-bit integers).
+func DeclaredPolicy(cap verbs.AtomicCap, probeErr error, pairs []Pair) Policy {
+	p := DefaultPolicy(cap, probeErr)
+	p.mode = modeDeclared
+	p.pairs = append([]Pair(nil), pairs...)
+	for _, pr := range pairs {
+		if nicRoute(pr.Op, pr.Basic) == Engine {
+			p.engine = true
+		}
+	}
+	return p
+}
+
+// AnyOpPolicy routes every accumulate through the engine: any op may be
+// mixed with any other on one location.
+func AnyOpPolicy() Policy { return Policy{mode: modeAnyOp, engine: true} }
+
 func is64(b datatype.Basic) bool { return b == datatype.Int64 || b == datatype.Uint64 }
 
-// FetchAndOp returns the route of FetchAndOp(o) on b.
-func (p Policy) FetchAndOp(o op.Op, b datatype.Basic) Route {
+// nicRoute is how the NIC would do o on b, or Engine if it cannot.
+func nicRoute(o op.Op, b datatype.Basic) Route {
 	switch {
-	case !p.nic:
-		return Engine
 	case o == op.Sum && is64(b):
 		return NICFetchAdd
 	case o == op.NoOp && b.Size() == 8:
 		return NICRead
+	case is64(b) && (o == op.Replace || o == op.Min || o == op.Max || o == op.Band || o == op.Bor || o == op.Bxor):
+		return NICCompareSwapLoop
 	}
 	return Engine
 }
 
+// FetchAndOp returns the route of FetchAndOp, GetAccumulate or Accumulate
+// with o on elements of type b.
+func (p Policy) FetchAndOp(o op.Op, b datatype.Basic) Route {
+	if !p.nic || p.engine {
+		return Engine
+	}
+	r := nicRoute(o, b)
+	if p.mode == modeSameOpNoOp && r == NICCompareSwapLoop {
+		// A loop is only safe when no engine update can hit the word;
+		// the default window sends these ops to the engine.
+		return Engine
+	}
+	return r
+}
+
+// Accumulate is FetchAndOp's route for the non-fetching form.
+func (p Policy) Accumulate(o op.Op, b datatype.Basic) Route {
+	r := p.FetchAndOp(o, b)
+	if r == NICRead {
+		return Engine // NO_OP is not an Accumulate op; the caller refuses it
+	}
+	return r
+}
+
 // CompareAndSwap returns the route of CompareAndSwap on b.
 func (p Policy) CompareAndSwap(b datatype.Basic) Route {
-	if p.nic && is64(b) {
+	if p.nic && !p.engine && is64(b) {
 		return NICCompareSwap
 	}
 	return Engine
+}
+
+// Declared reports whether o on b is among the declared pairs (always true
+// for a default or any-op window). NO_OP is always allowed.
+func (p Policy) Declared(o op.Op, b datatype.Basic) bool {
+	if p.mode != modeDeclared || o == op.NoOp {
+		return true
+	}
+	for _, pr := range p.pairs {
+		if pr.Op == o && pr.Basic == b {
+			return true
+		}
+	}
+	return false
+}
+
+// String describes the policy (for debugging and tests).
+func (p Policy) String() string {
+	var mode string
+	switch p.mode {
+	case modeSameOpNoOp:
+		mode = "same_op_no_op"
+	case modeDeclared:
+		mode = fmt.Sprintf("declared %v", p.pairs)
+	default:
+		mode = "any_op"
+	}
+	return fmt.Sprintf("%s, nic atomics %v, all through engine %v", mode, p.nic, p.engine)
 }
 
 // ProbeValue is the word Probe starts from: its bytes differ pairwise, so a

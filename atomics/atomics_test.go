@@ -57,3 +57,35 @@ func TestProbe(t *testing.T) {
 		t.Fatalf("byte-swapping NIC: got %v, want ErrNotSupported", err)
 	}
 }
+
+func TestDeclaredAndAnyOpRoutes(t *testing.T) {
+	nicOnly := DeclaredPolicy(verbs.AtomicHCA, nil, []Pair{{op.Sum, datatype.Int64}, {op.Max, datatype.Int64}})
+	if r := nicOnly.FetchAndOp(op.Max, datatype.Int64); r != NICCompareSwapLoop {
+		t.Errorf("declared NIC-capable MAX int64: %v", r)
+	}
+	if r := nicOnly.Accumulate(op.Sum, datatype.Int64); r != NICFetchAdd {
+		t.Errorf("declared SUM int64: %v", r)
+	}
+	if !nicOnly.Declared(op.Max, datatype.Int64) || nicOnly.Declared(op.Min, datatype.Int64) || !nicOnly.Declared(op.NoOp, datatype.Float64) {
+		t.Error("Declared does not follow the declaration")
+	}
+	mixed := DeclaredPolicy(verbs.AtomicHCA, nil, []Pair{{op.Sum, datatype.Int64}, {op.Max, datatype.Float64}})
+	for _, c := range []struct {
+		o op.Op
+		b datatype.Basic
+	}{{op.Sum, datatype.Int64}, {op.Max, datatype.Float64}, {op.NoOp, datatype.Int64}} {
+		if r := mixed.FetchAndOp(c.o, c.b); r != Engine {
+			t.Errorf("window mixing NIC and engine pairs sends %v %v to %v", c.o, c.b, r)
+		}
+	}
+	if r := mixed.CompareAndSwap(datatype.Int64); r != Engine {
+		t.Errorf("CAS on a mixed window: %v", r)
+	}
+	anyOp := AnyOpPolicy()
+	if r := anyOp.FetchAndOp(op.Sum, datatype.Int64); r != Engine {
+		t.Errorf("any-op SUM int64: %v", r)
+	}
+	if r := DefaultPolicy(verbs.AtomicHCA, nil).FetchAndOp(op.Max, datatype.Int64); r != Engine {
+		t.Errorf("default MAX int64 must not be a CAS loop: %v", r)
+	}
+}

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
 	"github.com/onesided/rma/atomics"
+	"github.com/onesided/rma/fallback"
 	"github.com/onesided/rma/internal/bootstrap"
 	"github.com/onesided/rma/internal/fabric"
 	"github.com/onesided/rma/verbs"
@@ -50,7 +52,7 @@ type Options struct {
 
 // FromEnv reads the group's identity from the environment: RMA_RANK,
 // RMA_SIZE, RMA_ADDR, RMA_SECRET, or the rank and size that mpirun (Open MPI,
-// MPICH) and srun set; and RMA_DEVICE, RMA_PORT, RMA_GID_INDEX.
+// MPICH) and srun set; and RMA_DEVICE, RMA_PORT, RMA_GID_INDEX, RMA_SPIN.
 func FromEnv() (Options, error) {
 	cfg, err := bootstrap.ConfigFromEnv()
 	if err != nil {
@@ -60,6 +62,11 @@ func FromEnv() (Options, error) {
 	if v := os.Getenv("RMA_PORT"); v != "" {
 		if o.Port, err = strconv.Atoi(v); err != nil {
 			return o, fmt.Errorf("group: %w: RMA_PORT=%q", ErrConfig, v)
+		}
+	}
+	if v := os.Getenv("RMA_SPIN"); v != "" {
+		if o.Spin, err = time.ParseDuration(v); err != nil || o.Spin <= 0 {
+			return o, fmt.Errorf("group: %w: RMA_SPIN=%q is not a positive duration", ErrConfig, v)
 		}
 	}
 	if v := os.Getenv("RMA_GID_INDEX"); v != "" {
@@ -79,6 +86,9 @@ type Group struct {
 	boot     *bootstrap.Conn
 	fab      *fabric.Fabric
 	probeErr error
+	target   *fallback.Target // applies other ranks' accumulates to our windows
+	client   *fallback.Client // our accumulates in flight
+	windows  atomic.Uint32    // window ids handed out, in creation order
 }
 
 // Join forms the group: rank 0 listens on Addr, the others join it and
@@ -104,7 +114,11 @@ func Join(ctx context.Context, o Options) (*Group, error) {
 		boot.Close()
 		return nil, fmt.Errorf("group: rank %d: %w", o.Rank, err)
 	}
-	g := &Group{boot: boot, fab: fab}
+	g := &Group{boot: boot, fab: fab, target: fallback.NewTarget(), client: fallback.NewClient(o.Size, fab.Credits())}
+	fab.StartMessaging(fabric.Handlers{
+		Request: func(_ int, req, reply []byte) []byte { return g.target.Handle(req, reply) },
+		Reply:   g.client.OnReply,
+	})
 	g.probeErr = g.probe(ctx)
 	if err := g.Barrier(ctx); err != nil {
 		g.Close()
@@ -173,6 +187,15 @@ func (g *Group) AllGather(ctx context.Context, mine []byte) ([][]byte, error) {
 
 // Fabric gives the packages of this module the group's RDMA connections.
 func (g *Group) Fabric() *fabric.Fabric { return g.fab }
+
+// Engine gives the packages of this module the group's active-message
+// target (which applies other ranks' accumulates) and client (which tracks
+// this rank's).
+func (g *Group) Engine() (*fallback.Target, *fallback.Client) { return g.target, g.client }
+
+// NextWindowID hands out window ids; windows are created collectively in
+// the same order on every rank, so every rank gives a window the same id.
+func (g *Group) NextWindowID() uint32 { return g.windows.Add(1) }
 
 // Close releases the group's connections. Windows must be freed first.
 func (g *Group) Close() error {

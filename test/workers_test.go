@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/onesided/rma/atomics"
 	"github.com/onesided/rma/datatype"
 	"github.com/onesided/rma/group"
 	"github.com/onesided/rma/op"
@@ -334,7 +335,14 @@ func workBadInput(ctx context.Context, g *group.Group) error {
 	if err != nil {
 		return err
 	}
+	declared, err := win.Allocate(ctx, g, 8, 8, win.AccumulateOps(atomics.Pair{Op: op.Sum, Basic: datatype.Int64}))
+	if err != nil {
+		return err
+	}
 	if err := w.LockAll(ctx); err != nil {
+		return err
+	}
+	if err := declared.LockAll(ctx); err != nil {
 		return err
 	}
 	var b8, r8 [8]byte
@@ -367,8 +375,11 @@ func workBadInput(ctx context.Context, g *group.Group) error {
 		{"fetch-and-op beyond window", w.FetchAndOp(ctx, b8[:], r8[:], datatype.Int64, 0, 64, op.Sum), win.ErrOutOfWindow},
 		{"misaligned fetch-and-op", w.FetchAndOp(ctx, b8[:], r8[:], datatype.Int64, 0, 3, op.Sum), win.ErrAlignment},
 		{"misaligned compare-and-swap", w.CompareAndSwap(ctx, b8[:], b8[:], r8[:], datatype.Uint64, 0, 12), win.ErrAlignment},
-		{"fetch-and-op MAX int64 (engine)", w.FetchAndOp(ctx, b8[:], r8[:], datatype.Int64, 0, 0, op.Max), win.ErrNotSupported},
-		{"fetch-and-op SUM int32 (engine)", w.FetchAndOp(ctx, b4[:], b4[:], datatype.Int32, 0, 0, op.Sum), win.ErrNotSupported},
+		{"accumulate NO_OP", w.Accumulate(ctx, b8[:], datatype.Int64, 0, 0, op.NoOp), op.ErrOpUse},
+		{"accumulate MAXLOC int64", w.Accumulate(ctx, b8[:], datatype.Int64, 0, 0, op.Maxloc), op.ErrOpDatatype},
+		{"accumulate beyond window", w.Accumulate(ctx, b8[:], datatype.Float64, 0, 57, op.Sum), win.ErrOutOfWindow},
+		{"accumulate with a partial element", w.Accumulate(ctx, b8[:7], datatype.Float64, 0, 0, op.Sum), win.ErrInvalid},
+		{"undeclared op", declared.Accumulate(ctx, b8[:], datatype.Int64, 0, 0, op.Max), win.ErrUndeclared},
 		{"fetch-and-op MAXLOC float64", w.FetchAndOp(ctx, b8[:], r8[:], datatype.Float64, 0, 0, op.Maxloc), op.ErrOpDatatype},
 		{"compare-and-swap float64", w.CompareAndSwap(ctx, b8[:], b8[:], r8[:], datatype.Float64, 0, 0), op.ErrOpDatatype},
 		{"fetch-and-op short buffer", w.FetchAndOp(ctx, b4[:], r8[:], datatype.Int64, 0, 0, op.Sum), win.ErrInvalid},
@@ -402,6 +413,12 @@ func workBadInput(ctx context.Context, g *group.Group) error {
 		return fmt.Errorf("counter at displacement 8 = %d, want %d", got, len(steps))
 	}
 	fmt.Printf("badinputs=%d\n", n)
+	if err := declared.UnlockAll(ctx); err != nil {
+		return err
+	}
+	if err := declared.Free(ctx); err != nil {
+		return err
+	}
 	return w.Free(ctx)
 }
 

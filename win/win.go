@@ -10,6 +10,7 @@ import (
 
 	"github.com/onesided/rma/atomics"
 	"github.com/onesided/rma/datatype"
+	"github.com/onesided/rma/fallback"
 	"github.com/onesided/rma/group"
 	"github.com/onesided/rma/internal/fabric"
 	"github.com/onesided/rma/op"
@@ -35,6 +36,8 @@ var (
 	ErrEpoch = errors.New("win: wrong synchronization epoch")
 	// ErrFreed: the window was freed.
 	ErrFreed = errors.New("win: window freed")
+	// ErrUndeclared: the window declared the ops it uses, and not this one.
+	ErrUndeclared = errors.New("win: op not declared for this window")
 )
 
 // Window is memory that every process of a group exposes for remote access
@@ -52,6 +55,12 @@ type Window struct {
 	remote   []target
 	policy   atomics.Policy
 
+	id      uint32
+	cfg     config
+	target  *fallback.Target
+	client  *fallback.Client
+	async   []fallback.Op        // per target: fire-and-forget accumulates
+	sinks   []fallback.ErrorSink // per target: their first error, for Flush
 	lockAll atomic.Bool
 	freed   atomic.Bool
 	mu      sync.Mutex // epoch calls
@@ -70,12 +79,29 @@ const targetInfoSize = 8 + 4 + 8 + 8
 // given displacement unit (MPI_Win_allocate). It is collective; sizes may
 // differ between ranks. The memory is page aligned, zeroed, off the Go heap
 // and registered for remote read, write and atomics.
-func Allocate(ctx context.Context, g *group.Group, size, dispUnit int) (*Window, error) {
+func Allocate(ctx context.Context, g *group.Group, size, dispUnit int, opts ...Option) (*Window, error) {
 	if size < 0 || dispUnit < 1 {
 		return nil, fmt.Errorf("%w: size %d, displacement unit %d", ErrInvalid, size, dispUnit)
 	}
-	w := &Window{g: g, f: g.Fabric(), size: size, dispUnit: dispUnit}
-	w.policy = atomics.DefaultPolicy(g.DeviceAttr().AtomicCap, g.NICAtomics())
+	w := &Window{g: g, f: g.Fabric(), size: size, dispUnit: dispUnit, id: g.NextWindowID()}
+	w.cfg = config{ordered: true}
+	for _, o := range opts {
+		o(&w.cfg)
+	}
+	switch {
+	case w.cfg.anyOp:
+		w.policy = atomics.AnyOpPolicy()
+	case w.cfg.pairs != nil:
+		w.policy = atomics.DeclaredPolicy(g.DeviceAttr().AtomicCap, g.NICAtomics(), w.cfg.pairs)
+	default:
+		w.policy = atomics.DefaultPolicy(g.DeviceAttr().AtomicCap, g.NICAtomics())
+	}
+	w.target, w.client = g.Engine()
+	w.async = make([]fallback.Op, g.Size())
+	w.sinks = make([]fallback.ErrorSink, g.Size())
+	for r := range w.async {
+		w.async[r].Sink = &w.sinks[r]
+	}
 	mem, err := verbs.Alloc(max(size, 8))
 	if err != nil {
 		return nil, err
@@ -85,6 +111,8 @@ func Allocate(ctx context.Context, g *group.Group, size, dispUnit int) (*Window,
 		verbs.Free(mem)
 		return nil, err
 	}
+	// Serve accumulates to the window before any rank can learn of it.
+	w.target.AddWindow(w.id, w.mem[:size:size])
 	var mine [targetInfoSize]byte
 	binary.LittleEndian.PutUint64(mine[0:], w.mr.Addr())
 	binary.LittleEndian.PutUint32(mine[8:], w.mr.RKey())
@@ -92,12 +120,14 @@ func Allocate(ctx context.Context, g *group.Group, size, dispUnit int) (*Window,
 	binary.LittleEndian.PutUint64(mine[20:], uint64(dispUnit))
 	all, err := g.AllGather(ctx, mine[:])
 	if err != nil {
+		w.target.RemoveWindow(w.id)
 		w.release()
 		return nil, err
 	}
 	w.remote = make([]target, len(all))
 	for r, b := range all {
 		if len(b) != targetInfoSize {
+			w.target.RemoveWindow(w.id)
 			w.release()
 			return nil, fmt.Errorf("win: rank %d sent %d bytes of window info", r, len(b))
 		}
@@ -129,10 +159,11 @@ func (w *Window) Free(ctx context.Context) error {
 	if w.freed.Swap(true) {
 		return ErrFreed
 	}
-	err := w.f.FlushAll(ctx)
+	err := w.flushAll(ctx)
 	if berr := w.g.Barrier(ctx); err == nil {
 		err = berr
 	}
+	w.target.RemoveWindow(w.id)
 	w.release()
 	return err
 }
@@ -176,7 +207,7 @@ func (w *Window) UnlockAll(ctx context.Context) error {
 	if !w.lockAll.Load() {
 		return fmt.Errorf("%w: UnlockAll without LockAll", ErrEpoch)
 	}
-	if err := w.f.FlushAll(ctx); err != nil {
+	if err := w.flushAll(ctx); err != nil {
 		return err
 	}
 	w.lockAll.Store(false)
@@ -189,7 +220,41 @@ func (w *Window) Flush(ctx context.Context, target int) error {
 	if err := w.checkEpoch(target); err != nil {
 		return err
 	}
-	return w.f.Flush(ctx, target)
+	return w.flush(ctx, target)
+}
+
+// flush completes every operation to target: active messages answered,
+// RDMA operations completed; it returns the first error of a
+// fire-and-forget operation since the last flush.
+func (w *Window) flush(ctx context.Context, target int) error {
+	if err := w.f.FlushMessages(ctx, target); err != nil {
+		return err
+	}
+	err := w.f.Flush(ctx, target)
+	if aerr := w.sinks[target].Take(); aerr != nil {
+		return aerr
+	}
+	return err
+}
+
+func (w *Window) flushAll(ctx context.Context) error {
+	var first error
+	for r := range w.remote {
+		if err := w.flush(ctx, r); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// ordered waits, when the window keeps accumulate ordering, until this
+// rank's accumulates to target have been applied, so that an RDMA READ or
+// NIC atomic posted next cannot overtake them.
+func (w *Window) ordered(ctx context.Context, target int) error {
+	if w.cfg.ordered && w.f.Pending(target) {
+		return w.f.FlushMessages(ctx, target)
+	}
+	return nil
 }
 
 // FlushAll completes every operation to every target (MPI_Win_flush_all).
@@ -197,7 +262,7 @@ func (w *Window) FlushAll(ctx context.Context) error {
 	if err := w.checkEpoch(0); err != nil {
 		return err
 	}
-	return w.f.FlushAll(ctx)
+	return w.flushAll(ctx)
 }
 
 func (w *Window) checkEpoch(rank int) error {
@@ -248,6 +313,9 @@ func (w *Window) Get(ctx context.Context, result []byte, target, disp int) error
 	if err != nil || len(result) == 0 {
 		return err
 	}
+	if err := w.ordered(ctx, target); err != nil {
+		return err
+	}
 	return w.f.Read(ctx, target, result, addr, w.remote[target].rkey)
 }
 
@@ -263,12 +331,23 @@ func (w *Window) FetchAndOp(ctx context.Context, origin, result []byte, dt datat
 	if len(result) != n || (o != op.NoOp && len(origin) != n) {
 		return fmt.Errorf("%w: FetchAndOp on %v takes %d-byte buffers (origin %d, result %d)", ErrInvalid, dt, n, len(origin), len(result))
 	}
+	if !w.policy.Declared(o, dt) {
+		return fmt.Errorf("%w: %v on %v", ErrUndeclared, o, dt)
+	}
 	route := w.policy.FetchAndOp(o, dt)
-	if route == atomics.Engine {
-		return fmt.Errorf("%w: FetchAndOp(%v) on %v needs the target engine, not available yet", ErrNotSupported, o, dt)
+	if route == atomics.Engine || route == atomics.NICCompareSwapLoop {
+		var ob []byte
+		if o != op.NoOp {
+			ob = origin
+		}
+		return w.fetching(ctx, fallback.KindGetAccumulate, o, Buffer{ob, dt.Type(), 1}, Buffer{result, dt.Type(), 1},
+			Region{Rank: target, Disp: disp, Type: dt.Type(), Count: 1})
 	}
 	addr, err := w.atomicAddress(target, disp)
 	if err != nil {
+		return err
+	}
+	if err := w.ordered(ctx, target); err != nil {
 		return err
 	}
 	var old uint64
@@ -297,10 +376,13 @@ func (w *Window) CompareAndSwap(ctx context.Context, origin, compare, result []b
 		return fmt.Errorf("%w: CompareAndSwap on %v takes %d-byte buffers", ErrInvalid, dt, n)
 	}
 	if w.policy.CompareAndSwap(dt) == atomics.Engine {
-		return fmt.Errorf("%w: CompareAndSwap on %v needs the target engine, not available yet", ErrNotSupported, dt)
+		return w.compareAndSwapEngine(ctx, origin, compare, result, dt, target, disp)
 	}
 	addr, err := w.atomicAddress(target, disp)
 	if err != nil {
+		return err
+	}
+	if err := w.ordered(ctx, target); err != nil {
 		return err
 	}
 	old, err := w.f.CompareSwap(ctx, target, addr, w.remote[target].rkey, load64(compare), load64(origin))

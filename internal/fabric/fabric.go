@@ -36,9 +36,14 @@ type Options struct {
 	Slots     int           // work requests in flight per process; 0 = 256
 	ChunkSize int           // staging chunk size; 0 = 64 KiB
 	Chunks    int           // staging chunks; 0 = 32
-	Spin      time.Duration // how long a waiter polls before it sleeps on the channel; 0 = 50us
-	Credits   int           // active messages in flight per peer; 0 = 8
-	MsgSize   int           // active-message buffer size; 0 = 64 KiB
+	Spin      time.Duration // how long a waiter polls for an RDMA completion before it sleeps; 0 = 50us
+	// EngineSpin is how long the engine polls for further active messages
+	// after one arrives (0 = 2ms); ReplySpin how long a caller polls for a
+	// reply (0 = 5ms). Polling yields the CPU between polls.
+	EngineSpin time.Duration
+	ReplySpin  time.Duration
+	Credits    int // active messages in flight per peer; 0 = 8
+	MsgSize    int // active-message buffer size; 0 = 64 KiB
 	// Timeout is the transport ACK timeout exponent (4.096us * 2^Timeout); 0 = 14 (~67 ms).
 	Timeout int
 	// RetryCount is the transport retry count; 0 = 7.
@@ -76,6 +81,12 @@ type Fabric struct {
 	pollMu sync.Mutex
 	wcs    [32]verbs.WC
 	spin   time.Duration
+	// engineSpin: how long the engine polls for more work after the last
+	// message before it sleeps; replySpin: how long a caller waiting for a
+	// reply polls before it sleeps. Waking a sleeping process costs far more
+	// than a round trip on some hosts (a millisecond under emulation).
+	engineSpin time.Duration
+	replySpin  time.Duration
 
 	m messaging // active messages
 }
@@ -93,6 +104,7 @@ const (
 	slotBusy
 	slotDone
 	slotAbandoned
+	slotReserved // a credit taken, its request not yet sent
 )
 
 type slot struct {
@@ -132,13 +144,19 @@ func New(ctx context.Context, rank, size int, ex Exchanger, o Options) (f *Fabri
 	if o.Spin == 0 {
 		o.Spin = 50 * time.Microsecond
 	}
+	if o.EngineSpin == 0 {
+		o.EngineSpin = 2 * time.Millisecond
+	}
+	if o.ReplySpin == 0 {
+		o.ReplySpin = 5 * time.Millisecond
+	}
 	if o.Timeout == 0 {
 		o.Timeout = 14
 	}
 	if o.RetryCount == 0 {
 		o.RetryCount = 7
 	}
-	fab := &Fabric{rank: rank, size: size, spin: o.Spin, chunkSize: o.ChunkSize}
+	fab := &Fabric{rank: rank, size: size, spin: o.Spin, engineSpin: o.EngineSpin, replySpin: o.ReplySpin, chunkSize: o.ChunkSize}
 	f = fab
 	defer func() {
 		if err != nil {
@@ -227,9 +245,6 @@ func New(ctx context.Context, rank, size int, ex Exchanger, o Options) (f *Fabri
 	if f.selfB, err = f.pd.CreateQP(qpc); err != nil {
 		return nil, err
 	}
-	if err = f.postReceives(); err != nil {
-		return nil, err
-	}
 	local := make([]verbs.Endpoint, size)
 	mine := make([]byte, 0, size*verbs.EndpointSize)
 	for r := range f.peers {
@@ -260,6 +275,11 @@ func New(ctx context.Context, rank, size int, ex Exchanger, o Options) (f *Fabri
 		if err := f.peers[r].qp.Connect(&f.path, local[r], remote); err != nil {
 			return nil, fmt.Errorf("fabric: connect to rank %d: %w", r, err)
 		}
+	}
+	// Receives need a QP past RESET; a peer's first message cannot come
+	// before the caller's next barrier (RNR retries cover the gap anyway).
+	if err = f.postReceives(); err != nil {
+		return nil, err
 	}
 	return f, nil
 }
@@ -461,7 +481,11 @@ func (f *Fabric) progressUntil(ctx context.Context, done func() bool, s *slot) e
 			continue
 		}
 		if s == nil {
-			time.Sleep(20 * time.Microsecond)
+			if i < 4096 {
+				runtime.Gosched()
+			} else {
+				time.Sleep(50 * time.Microsecond)
+			}
 			continue
 		}
 		if s.timer == nil {

@@ -185,10 +185,7 @@ func (f *Fabric) engine(ctx context.Context) {
 	defer close(m.done)
 	var idleSince time.Time
 	for ctx.Err() == nil {
-		if !m.recvMu.TryLock() {
-			time.Sleep(20 * time.Microsecond)
-			continue
-		}
+		m.recvMu.Lock()
 		n := f.pollRecvLocked()
 		if n > 0 {
 			idleSince = time.Time{}
@@ -200,8 +197,9 @@ func (f *Fabric) engine(ctx context.Context) {
 			m.recvMu.Unlock()
 			continue
 		}
-		if time.Since(idleSince) < f.spin {
+		if time.Since(idleSince) < f.engineSpin {
 			m.recvMu.Unlock()
+			yield()
 			continue
 		}
 		// Idle: arm, check once more, and sleep on the channel.
@@ -328,7 +326,7 @@ func (f *Fabric) Acquire(ctx context.Context, rank int) (int, []byte, error) {
 	for {
 		select {
 		case c := <-p.free:
-			p.credits[c].state.Store(slotBusy)
+			p.credits[c].state.Store(slotReserved)
 			off := m.reqOff + (rank*m.credits+int(c))*m.size
 			return int(c), m.mem[off : off+m.size : off+m.size], nil
 		default:
@@ -346,6 +344,7 @@ func (f *Fabric) Send(rank, c, n int, async bool) error {
 	m := &f.m
 	cr := &m.peers[rank].credits[c]
 	cr.async = async
+	cr.state.Store(slotBusy) // publishes the caller's records of the request to the reply handler
 	off := m.reqOff + (rank*m.credits+c)*m.size
 	id, err := f.acquireSlot(context.Background(), rank, true)
 	if err != nil {
@@ -395,6 +394,12 @@ func (f *Fabric) FlushMessages(ctx context.Context, rank int) error {
 	return f.progressMsg(ctx, func() bool { return len(p.free) == m.credits }, p.wake, nil)
 }
 
+// WaitMessages drives progress until done reports true or ctx ends; done
+// should become true as replies from rank arrive.
+func (f *Fabric) WaitMessages(ctx context.Context, rank int, done func() bool) error {
+	return f.progressMsg(ctx, done, f.m.peers[rank].wake, nil)
+}
+
 // Pending reports whether requests to rank are awaiting replies.
 func (f *Fabric) Pending(rank int) bool { return len(f.m.peers[rank].free) != f.m.credits }
 
@@ -426,7 +431,11 @@ func (f *Fabric) progressMsg(ctx context.Context, done func() bool, wake chan st
 			spinStart = time.Now()
 			continue
 		}
-		if i&15 != 0 || time.Since(spinStart) < f.spin {
+		if i&15 != 0 {
+			continue
+		}
+		if time.Since(spinStart) < f.replySpin {
+			yield()
 			continue
 		}
 		// Sleep until the engine goroutine signals, re-checking every ms.
@@ -448,5 +457,17 @@ func (f *Fabric) progressMsg(ctx context.Context, done func() bool, wake chan st
 		}
 		t.Stop()
 		spinStart = time.Time{}
+	}
+}
+
+// Progress polls both completion queues once, if nobody else is.
+func (f *Fabric) Progress() {
+	if f.m.recvMu.TryLock() {
+		f.pollRecvLocked()
+		f.m.recvMu.Unlock()
+	}
+	if f.pollMu.TryLock() {
+		f.pollLocked()
+		f.pollMu.Unlock()
 	}
 }

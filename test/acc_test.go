@@ -1,0 +1,101 @@
+//go:build integration
+
+package test
+
+import (
+	"encoding/binary"
+	"os"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+)
+
+func TestAccumulateEveryPair(t *testing.T) {
+	l := newLaunch(t, "accall", 4)
+	outs := l.run(5 * time.Minute)
+	t.Logf("checked: %s", value(t, outs[0], "pairs"))
+	t.Logf("routes (rank 0): %s", value(t, outs[0], "routes"))
+}
+
+// permutation checks that files name.0 .. name.N-1 hold, together, exactly
+// the values 0..total-1.
+func permutation(t *testing.T, l *launch, name string, total int) {
+	t.Helper()
+	var all []int
+	for r := 0; r < l.size; r++ {
+		b, err := os.ReadFile(l.file(name + "." + strconv.Itoa(r)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i+8 <= len(b); i += 8 {
+			all = append(all, int(int64(binary.LittleEndian.Uint64(b[i:]))))
+		}
+	}
+	slices.Sort(all)
+	if len(all) != total {
+		t.Fatalf("%s: %d old values, want %d", name, len(all), total)
+	}
+	for i, v := range all {
+		if v != i {
+			t.Fatalf("%s: sorted old values [%d] = %d: not a permutation of 0..%d", name, i, v, total-1)
+		}
+	}
+}
+
+func TestFetchThroughEngine(t *testing.T) {
+	l := newLaunch(t, "fetchengine", 4)
+	outs := l.run(5 * time.Minute)
+	if got := value(t, outs[0], "i32"); got != strconv.Itoa(4*fetchIters) {
+		t.Errorf("int32 counter %s, want %d", got, 4*fetchIters)
+	}
+	if got := value(t, outs[0], "f64"); got != strconv.Itoa(4*fetchIters) {
+		t.Errorf("float64 counter %s, want %d", got, 4*fetchIters)
+	}
+	permutation(t, l, "i32", 4*fetchIters)
+	permutation(t, l, "f64", 4*fetchIters)
+	t.Logf("engine FetchAndOp/GetAccumulate: %s us each (rank 0, 4 ranks at once)", value(t, outs[0], "engine_fetch_us"))
+}
+
+func TestMixedOpsRouting(t *testing.T) {
+	l := newLaunch(t, "anyop", 4)
+	outs := l.run(5 * time.Minute)
+	if got := value(t, outs[0], "anyop"); got != strconv.Itoa(4*mixIters) {
+		t.Errorf("any-op window: SUM and MAX on one location gave %s, want %d", got, 4*mixIters)
+	}
+	if got := value(t, outs[0], "nicsum"); got != strconv.Itoa(4*mixIters) {
+		t.Errorf("default window NIC SUM: %s, want %d", got, 4*mixIters)
+	}
+	if got := value(t, outs[0], "enginemax"); got != strconv.Itoa(3*1000+mixIters-1) {
+		t.Errorf("default window engine MAX: %s, want %d", got, 3*1000+mixIters-1)
+	}
+}
+
+func TestDerivedLayouts(t *testing.T) {
+	l := newLaunch(t, "layouts", 4)
+	outs := l.run(5 * time.Minute)
+	value(t, outs[0], "layouts")
+}
+
+func TestAccumulate64MiB(t *testing.T) {
+	l := newLaunch(t, "big", 2)
+	outs := l.run(10 * time.Minute)
+	value(t, outs[0], "big")
+}
+
+func TestAccumulateOrdering(t *testing.T) {
+	l := newLaunch(t, "order", 2)
+	outs := l.run(5 * time.Minute)
+	value(t, outs[1], "order")
+}
+
+// TestLatency reports one-element latencies (no assertion on time: the
+// benchmark tool compares them with perftest); it checks the calls work
+// one at a time between two idle processes.
+func TestLatency(t *testing.T) {
+	l := newLaunch(t, "latency", 2)
+	outs := l.run(5 * time.Minute)
+	for _, k := range []string{"fetch_and_op_nic_us", "get_accumulate_engine_us", "accumulate_flush_engine_us"} {
+		t.Logf("%s = %s", k, value(t, outs[1], k))
+	}
+}

@@ -1,0 +1,340 @@
+package win
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"sync"
+
+	"github.com/onesided/rma/atomics"
+	"github.com/onesided/rma/datatype"
+	"github.com/onesided/rma/fallback"
+	"github.com/onesided/rma/op"
+)
+
+// Buffer is origin or result memory described by an MPI datatype: Count
+// instances of Type, the first starting at Data[0] (plus Type's lower bound).
+type Buffer struct {
+	Data  []byte
+	Type  datatype.Type
+	Count int
+}
+
+// Contiguous describes b as len(b)/dt.Size() consecutive elements of dt.
+func Contiguous(b []byte, dt datatype.Basic) Buffer {
+	return Buffer{Data: b, Type: dt.Type(), Count: len(b) / max(dt.Size(), 1)}
+}
+
+// Region is where an operation lands: Count instances of Type at
+// displacement Disp (in the target's displacement units) of rank Rank's window.
+type Region struct {
+	Rank  int
+	Disp  int
+	Type  datatype.Type
+	Count int
+}
+
+// Accumulate combines origin, len(origin)/dt.Size() elements of dt, into
+// target's window at disp with o (MPI_Accumulate): each element becomes
+// target o origin, atomically per element. It returns once origin may be
+// reused; Flush completes it at the target.
+func (w *Window) Accumulate(ctx context.Context, origin []byte, dt datatype.Basic, target, disp int, o op.Op) error {
+	n, err := elements(origin, dt)
+	if err != nil {
+		return err
+	}
+	return w.AccumulateTo(ctx, Buffer{origin, dt.Type(), n}, Region{Rank: target, Disp: disp, Type: dt.Type(), Count: n}, o)
+}
+
+// GetAccumulate is Accumulate that also returns the target's old contents
+// in result (MPI_Get_accumulate). With NO_OP origin is ignored. It returns
+// when result holds the old values.
+func (w *Window) GetAccumulate(ctx context.Context, origin, result []byte, dt datatype.Basic, target, disp int, o op.Op) error {
+	n, err := elements(result, dt)
+	if err != nil {
+		return err
+	}
+	return w.GetAccumulateTo(ctx, Buffer{origin, dt.Type(), n}, Buffer{result, dt.Type(), n},
+		Region{Rank: target, Disp: disp, Type: dt.Type(), Count: n}, o)
+}
+
+// elements is the number of dt elements in b, which must hold whole ones.
+func elements(b []byte, dt datatype.Basic) (int, error) {
+	if !dt.Valid() {
+		return 0, fmt.Errorf("%w: invalid datatype %v", ErrInvalid, dt)
+	}
+	if len(b)%dt.Size() != 0 {
+		return 0, fmt.Errorf("%w: %d bytes is not a whole number of %v elements", ErrInvalid, len(b), dt)
+	}
+	return len(b) / dt.Size(), nil
+}
+
+// AccumulateTo is Accumulate with derived datatypes at origin and target.
+// Their type signatures must match (counts may differ); the target layout
+// must not overlap and must lie in the target's window.
+func (w *Window) AccumulateTo(ctx context.Context, origin Buffer, t Region, o op.Op) error {
+	basic, err := w.check(o, op.Accumulate, &origin, nil, &t)
+	if err != nil {
+		return err
+	}
+	if route := w.policy.Accumulate(o, basic); route != atomics.Engine {
+		return w.nicAccumulate(ctx, o, basic, route, origin, Buffer{}, t)
+	}
+	fop := &w.async[t.Rank]
+	return w.send(ctx, fallback.KindAccumulate, o, basic, origin, t, fop)
+}
+
+// GetAccumulateTo is GetAccumulate with derived datatypes.
+func (w *Window) GetAccumulateTo(ctx context.Context, origin, result Buffer, t Region, o op.Op) error {
+	if o == op.NoOp {
+		origin = Buffer{Type: t.Type, Count: t.Count}
+	}
+	if _, err := w.check(o, op.GetAccumulate, &origin, &result, &t); err != nil {
+		return err
+	}
+	return w.fetching(ctx, fallback.KindGetAccumulate, o, origin, result, t)
+}
+
+// check validates an accumulate-family call and returns its basic type.
+// origin may have no data for NO_OP.
+func (w *Window) check(o op.Op, use op.Use, origin, result *Buffer, t *Region) (datatype.Basic, error) {
+	if !t.Type.Valid() {
+		return 0, fmt.Errorf("%w: invalid target datatype", ErrInvalid)
+	}
+	basic := t.Type.Basic()
+	if err := op.Check(o, basic, use); err != nil {
+		return 0, err
+	}
+	if !w.policy.Declared(o, basic) {
+		return 0, fmt.Errorf("%w: %v on %v", ErrUndeclared, o, basic)
+	}
+	if err := w.checkEpoch(t.Rank); err != nil {
+		return 0, err
+	}
+	if t.Count < 0 {
+		return 0, fmt.Errorf("%w: negative target count %d", ErrInvalid, t.Count)
+	}
+	check := func(name string, b *Buffer) error {
+		if !b.Type.Valid() || b.Type.Basic() != basic {
+			return fmt.Errorf("%w: %s datatype is not built from the target's %v", ErrInvalid, name, basic)
+		}
+		if !datatype.SameSignature(b.Count, b.Type, t.Count, t.Type) {
+			return fmt.Errorf("%w: %s has %d x %v, the target %d x %v: type signatures differ",
+				ErrInvalid, name, b.Count, b.Type, t.Count, t.Type)
+		}
+		if err := b.Type.Fits(b.Count, int64(len(b.Data)), 0); err != nil {
+			return fmt.Errorf("%w: %s buffer of %d bytes: %w", ErrInvalid, name, len(b.Data), err)
+		}
+		return nil
+	}
+	if o != op.NoOp || use == op.Accumulate {
+		if err := check("origin", origin); err != nil {
+			return 0, err
+		}
+	}
+	if result != nil {
+		if err := check("result", result); err != nil {
+			return 0, err
+		}
+	}
+	rt := &w.remote[t.Rank]
+	off := int64(t.Disp) * rt.dispUnit
+	if t.Disp < 0 || off/rt.dispUnit != int64(t.Disp) {
+		return 0, fmt.Errorf("%w: displacement %d", ErrOutOfWindow, t.Disp)
+	}
+	if err := t.Type.Fits(t.Count, rt.size, off); err != nil {
+		return 0, fmt.Errorf("%w: %d x %v at displacement %d of rank %d's %d-byte window: %w",
+			ErrOutOfWindow, t.Count, t.Type, t.Disp, t.Rank, rt.size, err)
+	}
+	if t.Type.OverlapsN(t.Count) {
+		return 0, fmt.Errorf("%w: the target datatype %v overlaps itself", ErrInvalid, t.Type)
+	}
+	return basic, nil
+}
+
+// packed returns the buffer's elements contiguous: Data itself when the
+// layout already is, else a packed copy.
+func packed(b Buffer) []byte {
+	n := int64(b.Count) * b.Type.Size()
+	if b.Type.IsContiguous() && b.Type.LB() == 0 {
+		return b.Data[:n]
+	}
+	if b.Count == 0 {
+		return nil
+	}
+	out, err := datatype.AppendPack(make([]byte, 0, n), b.Data, b.Count, b.Type)
+	if err != nil {
+		return nil
+	}
+	return out
+}
+
+var opPool = sync.Pool{New: func() any { return new(fallback.Op) }}
+
+// fetching runs a GetAccumulate (also FetchAndOp) and waits for its result.
+func (w *Window) fetching(ctx context.Context, kind fallback.Kind, o op.Op, origin, result Buffer, t Region) error {
+	basic := t.Type.Basic()
+	if route := w.policy.FetchAndOp(o, basic); route != atomics.Engine {
+		return w.nicAccumulate(ctx, o, basic, route, origin, result, t)
+	}
+	fop := opPool.Get().(*fallback.Op)
+	fop.Result, fop.ResultType, fop.ResultCount = result.Data, result.Type, result.Count
+	if err := w.send(ctx, kind, o, basic, origin, t, fop); err != nil {
+		return w.finish(ctx, t.Rank, fop, err)
+	}
+	return w.finish(ctx, t.Rank, fop, nil)
+}
+
+// finish waits for every reply of fop and recycles it.
+func (w *Window) finish(ctx context.Context, rank int, fop *fallback.Op, err error) error {
+	if werr := w.f.WaitMessages(ctx, rank, fop.Done); werr != nil {
+		fop.Abandon() // replies still to come will not touch the result
+		return werr
+	}
+	if err == nil {
+		err = fop.Err()
+	}
+	fop.Reset()
+	opPool.Put(fop)
+	return err
+}
+
+// send cuts the operation into active messages and sends them.
+func (w *Window) send(ctx context.Context, kind fallback.Kind, o op.Op, basic datatype.Basic, origin Buffer, t Region, fop *fallback.Op) error {
+	data := packed(origin)
+	if origin.Count > 0 && data == nil && o != op.NoOp {
+		return fmt.Errorf("%w: cannot pack the origin buffer", ErrInvalid)
+	}
+	rank := t.Rank
+	disp := int64(t.Disp) * w.remote[rank].dispUnit
+	return fallback.Split(disp, t.Type, t.Count, w.f.MsgSize(), func(p fallback.Piece) error {
+		var d []byte
+		if data != nil {
+			esz := int64(basic.Size())
+			d = data[p.Elem*esz : (p.Elem+p.Elems)*esz]
+		}
+		return w.sendPiece(ctx, kind, o, rank, p, d, fop)
+	})
+}
+
+// sendPiece sends one active message.
+func (w *Window) sendPiece(ctx context.Context, kind fallback.Kind, o op.Op, rank int, p fallback.Piece, data []byte, fop *fallback.Op) error {
+	credit, buf, err := w.f.Acquire(ctx, rank)
+	if err != nil {
+		return err
+	}
+	req := fallback.Request{Kind: kind, Op: o, Window: w.id, Tag: uint32(credit), Disp: p.Disp, Type: p.Type, Count: p.Count, Data: data}
+	msg, err := fallback.AppendRequest(buf[:0], &req)
+	if err != nil {
+		w.f.Release(rank, credit)
+		return err
+	}
+	call := w.client.Slot(rank, credit)
+	call.Op, call.Elem = fop, p.Elem
+	fop.Start(1)
+	if err := w.f.Send(rank, credit, len(msg), true); err != nil {
+		call.Op = nil
+		fop.Abort(err)
+		return err
+	}
+	return nil
+}
+
+// compareAndSwapEngine sends a compare-and-swap to the target's engine.
+func (w *Window) compareAndSwapEngine(ctx context.Context, origin, compare, result []byte, dt datatype.Basic, target, disp int) error {
+	addr, err := w.address(target, disp, dt.Size())
+	if err != nil {
+		return err
+	}
+	var both [32]byte
+	n := copy(both[:], compare)
+	copy(both[n:], origin)
+	fop := opPool.Get().(*fallback.Op)
+	fop.Result, fop.ResultType, fop.ResultCount = result, dt.Type(), 1
+	p := fallback.Piece{Disp: int64(addr - w.remote[target].addr), Type: dt.Type(), Count: 1, Elems: 1}
+	err = w.sendPiece(ctx, fallback.KindCompareAndSwap, op.Replace, target, p, both[:2*n], fop)
+	return w.finish(ctx, target, fop, err)
+}
+
+// nicAccumulate does an accumulate-family call element by element with NIC
+// atomics: fetch-and-add, compare-and-swap loops, or 8-byte reads.
+func (w *Window) nicAccumulate(ctx context.Context, o op.Op, basic datatype.Basic, route atomics.Route, origin, result Buffer, t Region) error {
+	rt := &w.remote[t.Rank]
+	base := int64(t.Disp) * rt.dispUnit
+	var err error
+	t.Type.ForEachBlock(t.Count, func(off int64, n int) bool {
+		if (base+off)%8 != 0 {
+			err = fmt.Errorf("%w: element at byte %d of rank %d's window", ErrAlignment, base+off, t.Rank)
+			return false
+		}
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	if err := w.ordered(ctx, t.Rank); err != nil {
+		return err
+	}
+	src := packed(origin)
+	var olds []byte
+	if result.Data != nil {
+		olds = make([]byte, 8*t.Count*t.Type.Count())
+	}
+	i := 0
+	t.Type.ForEachBlock(t.Count, func(off int64, n int) bool {
+		for k := 0; k < n; k, i = k+1, i+1 {
+			addr := rt.addr + uint64(base+off) + uint64(8*k)
+			var v uint64
+			if src != nil {
+				v = binary.NativeEndian.Uint64(src[8*i:])
+			}
+			var old uint64
+			old, err = w.nicElement(ctx, t.Rank, addr, o, basic, route, v)
+			if err != nil {
+				return false
+			}
+			if olds != nil {
+				binary.NativeEndian.PutUint64(olds[8*i:], old)
+			}
+		}
+		return true
+	})
+	if err != nil || olds == nil {
+		return err
+	}
+	return fallback.UnpackRange(result.Data, result.Type, result.Count, 0, olds)
+}
+
+// nicElement applies o with operand v to the word at addr on the NIC.
+func (w *Window) nicElement(ctx context.Context, rank int, addr uint64, o op.Op, basic datatype.Basic, route atomics.Route, v uint64) (uint64, error) {
+	rkey := w.remote[rank].rkey
+	switch route {
+	case atomics.NICFetchAdd:
+		return w.f.FetchAdd(ctx, rank, addr, rkey, v)
+	case atomics.NICRead:
+		return w.f.Read8(ctx, rank, addr, rkey)
+	case atomics.NICCompareSwap:
+		return 0, fmt.Errorf("%w: compare-and-swap is not an accumulate op", ErrInvalid)
+	}
+	cur, err := w.f.Read8(ctx, rank, addr, rkey)
+	if err != nil {
+		return 0, err
+	}
+	for {
+		var a, b [8]byte
+		binary.NativeEndian.PutUint64(a[:], cur)
+		binary.NativeEndian.PutUint64(b[:], v)
+		if err := op.Apply(o, basic, a[:], b[:]); err != nil {
+			return 0, err
+		}
+		next := binary.NativeEndian.Uint64(a[:])
+		if next == cur {
+			return cur, nil // nothing to change: the read was atomic
+		}
+		old, err := w.f.CompareSwap(ctx, rank, addr, rkey, cur, next)
+		if err != nil || old == cur {
+			return old, err
+		}
+		cur = old
+	}
+}

@@ -1,0 +1,70 @@
+package win
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/onesided/rma/atomics"
+	"github.com/onesided/rma/datatype"
+	"github.com/onesided/rma/op"
+)
+
+// Option configures a window at creation, like MPI's info keys.
+type Option func(*config)
+
+type config struct {
+	pairs   []atomics.Pair // declared (op, datatype) pairs; nil: same_op_no_op
+	anyOp   bool
+	ordered bool
+}
+
+// AccumulateOps declares the (op, datatype) pairs the window's accumulate
+// calls will use (like MPICH's which_accumulate_ops). If the NIC can do
+// every one of them, all go to the NIC; otherwise every accumulate on the
+// window goes through the target's engine, so that they may be mixed on one
+// location. Calls with an undeclared pair fail with ErrUndeclared. NO_OP is
+// always allowed.
+func AccumulateOps(pairs ...atomics.Pair) Option {
+	return func(c *config) { c.pairs = append(c.pairs[:0:0], pairs...); c.anyOp = false }
+}
+
+// AnyOp declares that accumulates with any op may hit one location at once
+// (MPI's accumulate_ops = any_op... in spirit): every accumulate, NIC-capable
+// or not, goes through the target's engine.
+func AnyOp() Option { return func(c *config) { c.anyOp = true; c.pairs = nil } }
+
+// AccumulateOrdering sets MPI's accumulate_ordering. With true (the default,
+// "rar,raw,war,waw") accumulates from one origin to one target are applied
+// in program order, and a Get or NIC atomic waits for the origin's earlier
+// engine accumulates to that target. With false ("none") that wait is skipped.
+func AccumulateOrdering(ordered bool) Option { return func(c *config) { c.ordered = ordered } }
+
+// Info describes the window's settings, as MPI_Win_get_info would.
+type Info struct {
+	AccumulateOps      string // "same_op_no_op", "any_op", or the declared pairs
+	AccumulateOrdering string // "rar,raw,war,waw" or "none"
+	Size, DispUnit     int
+}
+
+// Info returns the window's settings.
+func (w *Window) Info() Info {
+	i := Info{AccumulateOps: "same_op_no_op", AccumulateOrdering: "rar,raw,war,waw", Size: w.size, DispUnit: w.dispUnit}
+	switch {
+	case w.cfg.anyOp:
+		i.AccumulateOps = "any_op"
+	case w.cfg.pairs != nil:
+		var s []string
+		for _, p := range w.cfg.pairs {
+			s = append(s, fmt.Sprintf("%v:%v", p.Op, p.Basic))
+		}
+		i.AccumulateOps = strings.Join(s, ",")
+	}
+	if !w.cfg.ordered {
+		i.AccumulateOrdering = "none"
+	}
+	return i
+}
+
+// Route says which path an accumulate-family call with o on dt takes on
+// this window (FetchAndOp, GetAccumulate and Accumulate share it).
+func (w *Window) Route(o op.Op, dt datatype.Basic) atomics.Route { return w.policy.FetchAndOp(o, dt) }
