@@ -4,7 +4,7 @@
 GO      ?= go
 BIN     := $(CURDIR)/.cache/bin
 RXEVM   := $(BIN)/rxevm
-FUZZTIME ?= 10s
+FUZZTIME ?= 5s
 
 .PHONY: all test deps unit nocgo fuzz integration demo tools clean
 
@@ -30,11 +30,14 @@ nocgo:
 	CGO_ENABLED=0 $(GO) build ./...
 	CGO_ENABLED=0 $(GO) test -count=1 ./...
 
+# Every fuzz target of the decoders of bytes from the network, briefly.
+FUZZPKGS := ./internal/bootstrap ./fallback ./datatype ./verbs
 fuzz:
-	@for t in $$($(GO) test -list '^Fuzz' ./internal/bootstrap | grep ^Fuzz); do \
-		$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./internal/bootstrap || exit 1; done
-	@for t in $$($(GO) test -list '^Fuzz' ./datatype | grep ^Fuzz); do \
-		$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./datatype || exit 1; done
+	@for p in $(FUZZPKGS); do \
+		for t in $$($(GO) test -list '^Fuzz' $$p | grep ^Fuzz); do \
+			echo "fuzz $$p $$t ($(FUZZTIME))"; \
+			$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$p >/dev/null || exit 1; \
+		done; done
 
 integration: tools
 	$(GO) test -c -tags integration -o $(BIN)/integration.test ./test

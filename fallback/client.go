@@ -60,7 +60,7 @@ func (c *Client) OnReply(rank, credit int, reply []byte) {
 	var r Reply
 	err := DecodeReply(reply, &r)
 	if err == nil {
-		err = r.Status.Err()
+		err = r.Err()
 	}
 	op.mu.Lock()
 	if err == nil && op.Result != nil {
