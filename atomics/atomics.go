@@ -157,6 +157,10 @@ func (p Policy) CompareAndSwap(b datatype.Basic) Route {
 	return Engine
 }
 
+// UsesNIC reports whether some operation on the window may be a NIC atomic
+// (so its memory needs the remote-atomic access right).
+func (p Policy) UsesNIC() bool { return p.nic && !p.engine }
+
 // Declared reports whether o on b is among the declared pairs (always true
 // for a default or any-op window). NO_OP is always allowed.
 func (p Policy) Declared(o op.Op, b datatype.Basic) bool {

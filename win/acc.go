@@ -73,15 +73,15 @@ func elements(b []byte, dt datatype.Basic) (int, error) {
 // Their type signatures must match (counts may differ); the target layout
 // must not overlap and must lie in the target's window.
 func (w *Window) AccumulateTo(ctx context.Context, origin Buffer, t Region, o op.Op) error {
-	basic, err := w.check(o, op.Accumulate, &origin, nil, &t)
+	basic, d, err := w.check(ctx, o, op.Accumulate, &origin, nil, &t)
 	if err != nil {
 		return err
 	}
 	if route := w.policy.Accumulate(o, basic); route != atomics.Engine {
-		return w.nicAccumulate(ctx, o, basic, route, origin, Buffer{}, t)
+		return w.nicAccumulate(ctx, o, basic, route, origin, Buffer{}, t, d)
 	}
 	fop := &w.async[t.Rank]
-	return w.send(ctx, fallback.KindAccumulate, o, basic, origin, t, fop)
+	return w.send(ctx, fallback.KindAccumulate, o, basic, origin, t, d, fop)
 }
 
 // GetAccumulateTo is GetAccumulate with derived datatypes.
@@ -89,30 +89,54 @@ func (w *Window) GetAccumulateTo(ctx context.Context, origin, result Buffer, t R
 	if o == op.NoOp {
 		origin = Buffer{Type: t.Type, Count: t.Count}
 	}
-	if _, err := w.check(o, op.GetAccumulate, &origin, &result, &t); err != nil {
+	_, d, err := w.check(ctx, o, op.GetAccumulate, &origin, &result, &t)
+	if err != nil {
 		return err
 	}
-	return w.fetching(ctx, fallback.KindGetAccumulate, o, origin, result, t)
+	return w.fetching(ctx, fallback.KindGetAccumulate, o, origin, result, t, d)
 }
 
-// check validates an accumulate-family call and returns its basic type.
-// origin may have no data for NO_OP.
-func (w *Window) check(o op.Op, use op.Use, origin, result *Buffer, t *Region) (datatype.Basic, error) {
+// dest is a resolved target: the region and the byte offset of the
+// target layout's origin in it.
+type dest struct {
+	reg region
+	off int64
+}
+
+// resolve checks the epoch and that t lies in the target's window.
+func (w *Window) resolve(ctx context.Context, t *Region) (dest, error) {
+	if err := w.checkEpoch(t.Rank); err != nil {
+		return dest{}, err
+	}
+	reg, off, err := w.locate(ctx, t.Rank, t.Disp)
+	if err != nil {
+		return dest{}, err
+	}
+	if err := t.Type.Fits(t.Count, reg.size, off); err != nil {
+		return dest{}, fmt.Errorf("%w: %d x %v at displacement %d of rank %d's %d-byte window: %w",
+			ErrOutOfWindow, t.Count, t.Type, t.Disp, t.Rank, reg.size, err)
+	}
+	return dest{reg, off}, nil
+}
+
+// check validates an accumulate-family call and returns its basic type
+// and resolved target. origin may have no data for NO_OP.
+func (w *Window) check(ctx context.Context, o op.Op, use op.Use, origin, result *Buffer, t *Region) (datatype.Basic, dest, error) {
 	if !t.Type.Valid() {
-		return 0, fmt.Errorf("%w: invalid target datatype", ErrInvalid)
+		return 0, dest{}, fmt.Errorf("%w: invalid target datatype", ErrInvalid)
 	}
 	basic := t.Type.Basic()
 	if err := op.Check(o, basic, use); err != nil {
-		return 0, err
+		return 0, dest{}, err
 	}
 	if !w.policy.Declared(o, basic) {
-		return 0, fmt.Errorf("%w: %v on %v", ErrUndeclared, o, basic)
+		return 0, dest{}, fmt.Errorf("%w: %v on %v", ErrUndeclared, o, basic)
 	}
 	if err := w.checkEpoch(t.Rank); err != nil {
-		return 0, err
+		return 0, dest{}, err
 	}
 	if t.Count < 0 {
-		return 0, fmt.Errorf("%w: negative target count %d", ErrInvalid, t.Count)
+		return 0, dest{}, fmt.Errorf("%w: negative target count %d", ErrInvalid, t.Count)
 	}
 	check := func(name string, b *Buffer) error {
 		if !b.Type.Valid() || b.Type.Basic() != basic {
@@ -129,27 +153,22 @@ func (w *Window) check(o op.Op, use op.Use, origin, result *Buffer, t *Region) (
 	}
 	if o != op.NoOp || use == op.Accumulate {
 		if err := check("origin", origin); err != nil {
-			return 0, err
+			return 0, dest{}, err
 		}
 	}
 	if result != nil {
 		if err := check("result", result); err != nil {
-			return 0, err
+			return 0, dest{}, err
 		}
 	}
-	rt := &w.remote[t.Rank]
-	off := int64(t.Disp) * rt.dispUnit
-	if t.Disp < 0 || off/rt.dispUnit != int64(t.Disp) {
-		return 0, fmt.Errorf("%w: displacement %d", ErrOutOfWindow, t.Disp)
-	}
-	if err := t.Type.Fits(t.Count, rt.size, off); err != nil {
-		return 0, fmt.Errorf("%w: %d x %v at displacement %d of rank %d's %d-byte window: %w",
-			ErrOutOfWindow, t.Count, t.Type, t.Disp, t.Rank, rt.size, err)
+	d, err := w.resolve(ctx, t)
+	if err != nil {
+		return 0, dest{}, err
 	}
 	if t.Type.OverlapsN(t.Count) {
-		return 0, fmt.Errorf("%w: the target datatype %v overlaps itself", ErrInvalid, t.Type)
+		return 0, dest{}, fmt.Errorf("%w: the target datatype %v overlaps itself", ErrInvalid, t.Type)
 	}
-	return basic, nil
+	return basic, d, nil
 }
 
 // packed returns the buffer's elements contiguous: Data itself when the
@@ -172,14 +191,14 @@ func packed(b Buffer) []byte {
 var opPool = sync.Pool{New: func() any { return new(fallback.Op) }}
 
 // fetching runs a GetAccumulate (also FetchAndOp) and waits for its result.
-func (w *Window) fetching(ctx context.Context, kind fallback.Kind, o op.Op, origin, result Buffer, t Region) error {
+func (w *Window) fetching(ctx context.Context, kind fallback.Kind, o op.Op, origin, result Buffer, t Region, d dest) error {
 	basic := t.Type.Basic()
 	if route := w.policy.FetchAndOp(o, basic); route != atomics.Engine {
-		return w.nicAccumulate(ctx, o, basic, route, origin, result, t)
+		return w.nicAccumulate(ctx, o, basic, route, origin, result, t, d)
 	}
 	fop := opPool.Get().(*fallback.Op)
 	fop.Result, fop.ResultType, fop.ResultCount = result.Data, result.Type, result.Count
-	if err := w.send(ctx, kind, o, basic, origin, t, fop); err != nil {
+	if err := w.send(ctx, kind, o, basic, origin, t, d, fop); err != nil {
 		return w.finish(ctx, t.Rank, fop, err)
 	}
 	return w.finish(ctx, t.Rank, fop, nil)
@@ -200,30 +219,28 @@ func (w *Window) finish(ctx context.Context, rank int, fop *fallback.Op, err err
 }
 
 // send cuts the operation into active messages and sends them.
-func (w *Window) send(ctx context.Context, kind fallback.Kind, o op.Op, basic datatype.Basic, origin Buffer, t Region, fop *fallback.Op) error {
+func (w *Window) send(ctx context.Context, kind fallback.Kind, o op.Op, basic datatype.Basic, origin Buffer, t Region, d dest, fop *fallback.Op) error {
 	data := packed(origin)
 	if origin.Count > 0 && data == nil && o != op.NoOp {
 		return fmt.Errorf("%w: cannot pack the origin buffer", ErrInvalid)
 	}
-	rank := t.Rank
-	disp := int64(t.Disp) * w.remote[rank].dispUnit
-	return fallback.Split(disp, t.Type, t.Count, w.f.MsgSize(), func(p fallback.Piece) error {
-		var d []byte
+	return fallback.Split(d.off, t.Type, t.Count, w.f.MsgSize(), func(p fallback.Piece) error {
+		var b []byte
 		if data != nil {
 			esz := int64(basic.Size())
-			d = data[p.Elem*esz : (p.Elem+p.Elems)*esz]
+			b = data[p.Elem*esz : (p.Elem+p.Elems)*esz]
 		}
-		return w.sendPiece(ctx, kind, o, rank, p, d, fop)
+		return w.sendPiece(ctx, kind, o, t.Rank, d.reg.id, p, b, fop)
 	})
 }
 
 // sendPiece sends one active message.
-func (w *Window) sendPiece(ctx context.Context, kind fallback.Kind, o op.Op, rank int, p fallback.Piece, data []byte, fop *fallback.Op) error {
+func (w *Window) sendPiece(ctx context.Context, kind fallback.Kind, o op.Op, rank int, id uint32, p fallback.Piece, data []byte, fop *fallback.Op) error {
 	credit, buf, err := w.f.Acquire(ctx, rank)
 	if err != nil {
 		return err
 	}
-	req := fallback.Request{Kind: kind, Op: o, Window: w.id, Tag: uint32(credit), Disp: p.Disp, Type: p.Type, Count: p.Count, Data: data}
+	req := fallback.Request{Kind: kind, Op: o, Window: id, Tag: uint32(credit), Disp: p.Disp, Type: p.Type, Count: p.Count, Data: data}
 	msg, err := fallback.AppendRequest(buf[:0], &req)
 	if err != nil {
 		w.f.Release(rank, credit)
@@ -242,7 +259,8 @@ func (w *Window) sendPiece(ctx context.Context, kind fallback.Kind, o op.Op, ran
 
 // compareAndSwapEngine sends a compare-and-swap to the target's engine.
 func (w *Window) compareAndSwapEngine(ctx context.Context, origin, compare, result []byte, dt datatype.Basic, target, disp int) error {
-	addr, err := w.address(target, disp, dt.Size())
+	t := Region{Rank: target, Disp: disp, Type: dt.Type(), Count: 1}
+	d, err := w.resolve(ctx, &t)
 	if err != nil {
 		return err
 	}
@@ -251,16 +269,15 @@ func (w *Window) compareAndSwapEngine(ctx context.Context, origin, compare, resu
 	copy(both[n:], origin)
 	fop := opPool.Get().(*fallback.Op)
 	fop.Result, fop.ResultType, fop.ResultCount = result, dt.Type(), 1
-	p := fallback.Piece{Disp: int64(addr - w.remote[target].addr), Type: dt.Type(), Count: 1, Elems: 1}
-	err = w.sendPiece(ctx, fallback.KindCompareAndSwap, op.Replace, target, p, both[:2*n], fop)
+	p := fallback.Piece{Disp: d.off, Type: dt.Type(), Count: 1, Elems: 1}
+	err = w.sendPiece(ctx, fallback.KindCompareAndSwap, op.Replace, target, d.reg.id, p, both[:2*n], fop)
 	return w.finish(ctx, target, fop, err)
 }
 
 // nicAccumulate does an accumulate-family call element by element with NIC
 // atomics: fetch-and-add, compare-and-swap loops, or 8-byte reads.
-func (w *Window) nicAccumulate(ctx context.Context, o op.Op, basic datatype.Basic, route atomics.Route, origin, result Buffer, t Region) error {
-	rt := &w.remote[t.Rank]
-	base := int64(t.Disp) * rt.dispUnit
+func (w *Window) nicAccumulate(ctx context.Context, o op.Op, basic datatype.Basic, route atomics.Route, origin, result Buffer, t Region, d dest) error {
+	base := d.off
 	var err error
 	t.Type.ForEachBlock(t.Count, func(off int64, n int) bool {
 		if (base+off)%8 != 0 {
@@ -283,13 +300,13 @@ func (w *Window) nicAccumulate(ctx context.Context, o op.Op, basic datatype.Basi
 	i := 0
 	t.Type.ForEachBlock(t.Count, func(off int64, n int) bool {
 		for k := 0; k < n; k, i = k+1, i+1 {
-			addr := rt.addr + uint64(base+off) + uint64(8*k)
+			addr := d.reg.addr + uint64(base+off) + uint64(8*k)
 			var v uint64
 			if src != nil {
 				v = binary.NativeEndian.Uint64(src[8*i:])
 			}
 			var old uint64
-			old, err = w.nicElement(ctx, t.Rank, addr, o, basic, route, v)
+			old, err = w.nicElement(ctx, t.Rank, addr, d.reg.rkey, o, basic, route, v)
 			if err != nil {
 				return false
 			}
@@ -306,8 +323,7 @@ func (w *Window) nicAccumulate(ctx context.Context, o op.Op, basic datatype.Basi
 }
 
 // nicElement applies o with operand v to the word at addr on the NIC.
-func (w *Window) nicElement(ctx context.Context, rank int, addr uint64, o op.Op, basic datatype.Basic, route atomics.Route, v uint64) (uint64, error) {
-	rkey := w.remote[rank].rkey
+func (w *Window) nicElement(ctx context.Context, rank int, addr uint64, rkey uint32, o op.Op, basic datatype.Basic, route atomics.Route, v uint64) (uint64, error) {
 	switch route {
 	case atomics.NICFetchAdd:
 		return w.f.FetchAdd(ctx, rank, addr, rkey, v)

@@ -88,7 +88,7 @@ func (w *Window) RAccumulate(ctx context.Context, origin Buffer, target Region, 
 // RGet is the request-based Get (MPI_Rget): result holds the data once the
 // request completes.
 func (w *Window) RGet(ctx context.Context, result []byte, target, disp int) (*Request, error) {
-	if _, err := w.address(target, disp, len(result)); err != nil {
+	if _, _, err := w.address(ctx, target, disp, len(result)); err != nil {
 		return nil, err
 	}
 	inner, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -109,16 +109,16 @@ func (w *Window) RGetAccumulate(ctx context.Context, origin, result Buffer, t Re
 	if o == op.NoOp {
 		origin = Buffer{Type: t.Type, Count: t.Count}
 	}
-	basic, err := w.check(o, op.GetAccumulate, &origin, &result, &t)
+	basic, d, err := w.check(ctx, o, op.GetAccumulate, &origin, &result, &t)
 	if err != nil {
 		return nil, err
 	}
 	if route := w.policy.FetchAndOp(o, basic); route.NIC() {
-		return completed(w.nicAccumulate(ctx, o, basic, route, origin, result, t)), nil
+		return completed(w.nicAccumulate(ctx, o, basic, route, origin, result, t, d)), nil
 	}
 	fop := opPool.Get().(*fallback.Op)
 	fop.Result, fop.ResultType, fop.ResultCount = result.Data, result.Type, result.Count
-	if err := w.send(ctx, fallback.KindGetAccumulate, o, basic, origin, t, fop); err != nil {
+	if err := w.send(ctx, fallback.KindGetAccumulate, o, basic, origin, t, d, fop); err != nil {
 		return nil, w.finish(ctx, t.Rank, fop, err)
 	}
 	return &Request{w: w, rank: t.Rank, fop: fop}, nil

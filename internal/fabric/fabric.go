@@ -584,6 +584,18 @@ func (f *Fabric) Write(ctx context.Context, rank int, src []byte, raddr uint64, 
 // Read copies len(dst) bytes from raddr at rank into dst and returns when
 // they are there.
 func (f *Fabric) Read(ctx context.Context, rank int, dst []byte, raddr uint64, rkey uint32) error {
+	return f.ReadV(ctx, rank, rkey, dst, []Segment{{Addr: raddr, Len: len(dst)}})
+}
+
+// Segment is a remote range.
+type Segment struct {
+	Addr uint64
+	Len  int
+}
+
+// ReadV reads the segments, one after the other, into dst (whose length
+// is their total), with several READs in flight.
+func (f *Fabric) ReadV(ctx context.Context, rank int, rkey uint32, dst []byte, segs []Segment) error {
 	p := &f.peers[rank]
 	type pending struct {
 		id  uint32
@@ -606,35 +618,39 @@ func (f *Fabric) Read(ctx context.Context, rank int, dst []byte, raddr uint64, r
 			f.releaseSlot(pd.id)
 		}
 	}
-	for off := 0; off < len(dst) && firstErr == nil; {
-		n := min(len(dst)-off, f.chunkSize)
-		if tail-head == len(ring) || (len(f.freeChunks) == 0 && tail > head) {
-			finish()
-			continue
+	off := 0
+	for _, sg := range segs {
+		for done := 0; done < sg.Len && firstErr == nil; {
+			n := min(sg.Len-done, f.chunkSize)
+			if tail-head == len(ring) || (len(f.freeChunks) == 0 && tail > head) {
+				finish()
+				continue
+			}
+			c, err := f.acquireChunk(ctx)
+			if err != nil {
+				firstErr = err
+				break
+			}
+			id, err := f.acquireSlot(ctx, rank, false)
+			if err != nil {
+				f.freeChunks <- uint32(c)
+				firstErr = err
+				break
+			}
+			f.slots[id].chunk = c
+			p.posted.Add(1)
+			l := f.mr.Local(f.chunkOff+int(c)*f.chunkSize, n)
+			if err := p.qp.PostRead(uint64(id), l, sg.Addr+uint64(done), rkey, verbs.SendSignaled); err != nil {
+				p.completed.Add(1)
+				f.releaseSlot(id)
+				firstErr = err
+				break
+			}
+			ring[tail%len(ring)] = pending{id, off, n}
+			tail++
+			off += n
+			done += n
 		}
-		c, err := f.acquireChunk(ctx)
-		if err != nil {
-			firstErr = err
-			break
-		}
-		id, err := f.acquireSlot(ctx, rank, false)
-		if err != nil {
-			f.freeChunks <- uint32(c)
-			firstErr = err
-			break
-		}
-		f.slots[id].chunk = c
-		p.posted.Add(1)
-		l := f.mr.Local(f.chunkOff+int(c)*f.chunkSize, n)
-		if err := p.qp.PostRead(uint64(id), l, raddr+uint64(off), rkey, verbs.SendSignaled); err != nil {
-			p.completed.Add(1)
-			f.releaseSlot(id)
-			firstErr = err
-			break
-		}
-		ring[tail%len(ring)] = pending{id, off, n}
-		tail++
-		off += n
 	}
 	for head < tail {
 		finish()

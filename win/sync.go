@@ -1,0 +1,600 @@
+package win
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"time"
+	"unsafe"
+)
+
+// Assert is a set of MPI assertions on an epoch call (MPI_MODE_*). They are
+// accepted on every call that MPI allows them on; this implementation uses
+// NoCheck (skip the lock protocol) and NoSucceed (no epoch follows a fence).
+type Assert int
+
+const (
+	NoCheck   Assert = 1 << iota // MPI_MODE_NOCHECK
+	NoStore                      // MPI_MODE_NOSTORE
+	NoPut                        // MPI_MODE_NOPUT
+	NoPrecede                    // MPI_MODE_NOPRECEDE
+	NoSucceed                    // MPI_MODE_NOSUCCEED
+)
+
+// LockType is a passive-target lock's kind.
+type LockType int
+
+const (
+	LockShared    LockType = iota + 1 // MPI_LOCK_SHARED
+	LockExclusive                     // MPI_LOCK_EXCLUSIVE
+)
+
+// Per-target access state bits.
+const (
+	accShared    uint32 = 1 << iota // Lock(LockShared)
+	accExclusive                    // Lock(LockExclusive)
+	accStarted                      // in Start's group
+	accNoCheck                      // Lock with NoCheck: no lock was taken
+)
+
+// The synchronisation page of a window, per rank: lock words, PSCW
+// counters (one per peer) and the dynamic region table.
+const (
+	syncLock   = 0  // readers in the low 32 bits, writers (holding or waiting) in the high 32
+	syncOwner  = 8  // rank+1 of the exclusive holder, 0 if none
+	syncPosted = 64 // + 8*r: Posts rank r made to this rank
+	maxRegions = 64 // dynamic windows: regions attached at once per rank
+	regionSize = 32
+)
+
+func syncCompleted(n int) int { return syncPosted + 8*n } // + 8*r: Completes of rank r
+func syncTable(n int) int     { return (syncCompleted(n) + 8*n + 63) &^ 63 }
+func syncSize(n int) int      { return (syncTable(n) + 16 + maxRegions*regionSize + 4095) &^ 4095 }
+
+type epochs struct {
+	fence   atomic.Bool
+	lockAll atomic.Bool
+	access  []atomic.Uint32 // per target
+
+	startGroup  []int    // Start's group; nil outside an access epoch
+	started     []uint64 // per target: Posts consumed by Start
+	exposeGroup []int    // Post's group; nil outside an exposure epoch
+	waited      []uint64 // per origin: Completes consumed by Wait
+}
+
+func (e *epochs) init(n int) {
+	e.access = make([]atomic.Uint32, n)
+	e.started = make([]uint64, n)
+	e.waited = make([]uint64, n)
+}
+
+func (e *epochs) anyAccess() bool {
+	for i := range e.access {
+		if e.access[i].Load() != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// checkEpoch says whether an RMA call to rank may be made now.
+func (w *Window) checkEpoch(rank int) error {
+	if w.freed.Load() {
+		return ErrFreed
+	}
+	if rank < 0 || rank >= len(w.remote) {
+		return fmt.Errorf("%w: rank %d, group of %d", ErrRank, rank, len(w.remote))
+	}
+	if !w.ep.fence.Load() && !w.ep.lockAll.Load() && w.ep.access[rank].Load() == 0 {
+		return fmt.Errorf("%w: RMA call to rank %d outside an access epoch (Fence, Lock, LockAll or Start first)", ErrEpoch, rank)
+	}
+	return nil
+}
+
+func (w *Window) syncWord(off int) *uint64 { return (*uint64)(unsafe.Pointer(&w.syncMem[off])) }
+
+// Fence closes the current fence epoch, if any, and opens the next unless
+// a has NoSucceed (MPI_Win_fence). It is collective: when it returns, every
+// RMA call any rank made on the window before its Fence has completed.
+func (w *Window) Fence(ctx context.Context, a Assert) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.freed.Load() {
+		return ErrFreed
+	}
+	if w.ep.lockAll.Load() || w.ep.anyAccess() || w.ep.exposeGroup != nil {
+		return fmt.Errorf("%w: Fence inside a lock or post-start-complete-wait epoch", ErrEpoch)
+	}
+	if err := w.flushAll(ctx); err != nil {
+		return err
+	}
+	if err := w.g.Barrier(ctx); err != nil {
+		return err
+	}
+	w.ep.fence.Store(a&NoSucceed == 0)
+	return nil
+}
+
+// backoff waits a little longer each time it is called in a poll loop.
+func backoff(ctx context.Context, i int) error {
+	if i < 16 {
+		runtime.Gosched()
+	} else {
+		d := time.Microsecond << min(i-16, 10)
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+	}
+	return ctx.Err()
+}
+
+// undo runs a NIC atomic that reverts a partial lock acquisition, even
+// when the caller's context has ended.
+func (w *Window) undo(rank int, off int, add uint64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	t := &w.remote[rank]
+	w.f.FetchAdd(ctx, rank, t.syncAddr+uint64(off), t.syncRKey, add)
+}
+
+func (w *Window) lockShared(ctx context.Context, rank int) error {
+	t := &w.remote[rank]
+	lock := t.syncAddr + syncLock
+	for i := 0; ; {
+		old, err := w.f.FetchAdd(ctx, rank, lock, t.syncRKey, 1)
+		if err != nil {
+			return err
+		}
+		if old>>32 == 0 {
+			return nil
+		}
+		// A writer holds or waits: step back so it is not starved.
+		if _, err := w.f.FetchAdd(ctx, rank, lock, t.syncRKey, ^uint64(0)); err != nil {
+			w.undo(rank, syncLock, ^uint64(0))
+			return err
+		}
+		for {
+			v, err := w.f.Read8(ctx, rank, lock, t.syncRKey)
+			if err != nil {
+				return err
+			}
+			if v>>32 == 0 {
+				break
+			}
+			if err := backoff(ctx, i); err != nil {
+				return err
+			}
+			i++
+		}
+	}
+}
+
+func (w *Window) lockExclusive(ctx context.Context, rank int) (err error) {
+	t := &w.remote[rank]
+	lock, owner := t.syncAddr+syncLock, t.syncAddr+syncOwner
+	me := uint64(w.g.Rank() + 1)
+	if _, err := w.f.FetchAdd(ctx, rank, lock, t.syncRKey, 1<<32); err != nil {
+		return err
+	}
+	owned := false
+	defer func() {
+		if err != nil {
+			if owned {
+				w.undo(rank, syncOwner, -me)
+			}
+			w.undo(rank, syncLock, ^uint64(1<<32 - 1))
+		}
+	}()
+	for i := 0; ; i++ {
+		old, err := w.f.CompareSwap(ctx, rank, owner, t.syncRKey, 0, me)
+		if err != nil {
+			return err
+		}
+		if old == 0 {
+			owned = true
+			break
+		}
+		if err := backoff(ctx, i); err != nil {
+			return err
+		}
+	}
+	for i := 0; ; i++ {
+		v, err := w.f.Read8(ctx, rank, lock, t.syncRKey)
+		if err != nil {
+			return err
+		}
+		if uint32(v) == 0 {
+			return nil
+		}
+		if err := backoff(ctx, i); err != nil {
+			return err
+		}
+	}
+}
+
+func (w *Window) unlockShared(ctx context.Context, rank int) error {
+	t := &w.remote[rank]
+	_, err := w.f.FetchAdd(ctx, rank, t.syncAddr+syncLock, t.syncRKey, ^uint64(0))
+	return err
+}
+
+func (w *Window) unlockExclusive(ctx context.Context, rank int) error {
+	t := &w.remote[rank]
+	me := uint64(w.g.Rank() + 1)
+	if _, err := w.f.CompareSwap(ctx, rank, t.syncAddr+syncOwner, t.syncRKey, me, 0); err != nil {
+		return err
+	}
+	_, err := w.f.FetchAdd(ctx, rank, t.syncAddr+syncLock, t.syncRKey, ^uint64(1<<32 - 1))
+	return err
+}
+
+// Lock starts a passive-target access epoch to target (MPI_Win_lock). A
+// shared lock admits other shared lockers; an exclusive one none. The lock
+// is a reader-writer lock in target's memory driven by NIC atomics, so the
+// target's CPU takes no part; a waiting writer stops new readers, so a
+// stream of readers cannot starve it. With NoCheck no lock is taken.
+func (w *Window) Lock(ctx context.Context, lt LockType, target int, a Assert) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.freed.Load() {
+		return ErrFreed
+	}
+	if target < 0 || target >= len(w.remote) {
+		return fmt.Errorf("%w: rank %d, group of %d", ErrRank, target, len(w.remote))
+	}
+	if lt != LockShared && lt != LockExclusive {
+		return fmt.Errorf("%w: lock type %d", ErrInvalid, lt)
+	}
+	if w.ep.fence.Load() || w.ep.lockAll.Load() || w.ep.access[target].Load() != 0 {
+		return fmt.Errorf("%w: Lock of rank %d inside another epoch to it", ErrEpoch, target)
+	}
+	bit := accShared
+	if lt == LockExclusive {
+		bit = accExclusive
+	}
+	if a&NoCheck == 0 {
+		var err error
+		if lt == LockShared {
+			err = w.lockShared(ctx, target)
+		} else {
+			err = w.lockExclusive(ctx, target)
+		}
+		if err != nil {
+			return err
+		}
+	} else {
+		bit |= accNoCheck
+	}
+	w.ep.access[target].Store(bit)
+	return nil
+}
+
+// Unlock completes every RMA call to target of the epoch, at the target,
+// and releases the lock (MPI_Win_unlock).
+func (w *Window) Unlock(ctx context.Context, target int) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if target < 0 || target >= len(w.remote) {
+		return fmt.Errorf("%w: rank %d, group of %d", ErrRank, target, len(w.remote))
+	}
+	bits := w.ep.access[target].Load()
+	if bits&(accShared|accExclusive) == 0 {
+		return fmt.Errorf("%w: Unlock of rank %d without Lock", ErrEpoch, target)
+	}
+	if err := w.flush(ctx, target); err != nil {
+		return err
+	}
+	var err error
+	switch {
+	case bits&accNoCheck != 0: // nothing to release
+	case bits&accExclusive != 0:
+		err = w.unlockExclusive(ctx, target)
+	default:
+		err = w.unlockShared(ctx, target)
+	}
+	w.ep.access[target].Store(0)
+	return err
+}
+
+// LockAll starts a shared passive-target access epoch to every rank
+// (MPI_Win_lock_all): a shared lock on each.
+func (w *Window) LockAll(ctx context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.freed.Load() {
+		return ErrFreed
+	}
+	if w.ep.fence.Load() || w.ep.lockAll.Load() || w.ep.anyAccess() {
+		return fmt.Errorf("%w: LockAll inside another epoch", ErrEpoch)
+	}
+	for r := range w.remote {
+		if err := w.lockShared(ctx, r); err != nil {
+			for q := 0; q < r; q++ {
+				w.undo(q, syncLock, ^uint64(0))
+			}
+			return err
+		}
+	}
+	w.ep.lockAll.Store(true)
+	return nil
+}
+
+// UnlockAll completes every RMA call of the epoch at its target and ends
+// the epoch (MPI_Win_unlock_all).
+func (w *Window) UnlockAll(ctx context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.ep.lockAll.Load() {
+		return fmt.Errorf("%w: UnlockAll without LockAll", ErrEpoch)
+	}
+	if err := w.flushAll(ctx); err != nil {
+		return err
+	}
+	var first error
+	for r := range w.remote {
+		if err := w.unlockShared(ctx, r); err != nil && first == nil {
+			first = err
+		}
+	}
+	w.ep.lockAll.Store(false)
+	return first
+}
+
+// releaseAll ends whatever epochs are open, for Free.
+func (e *epochs) releaseAll(ctx context.Context, w *Window) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var first error
+	keep := func(err error) {
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	if e.lockAll.Swap(false) {
+		for r := range w.remote {
+			keep(w.unlockShared(ctx, r))
+		}
+	}
+	for r := range e.access {
+		bits := e.access[r].Swap(0)
+		switch {
+		case bits&accNoCheck != 0:
+		case bits&accExclusive != 0:
+			keep(w.unlockExclusive(ctx, r))
+		case bits&accShared != 0:
+			keep(w.unlockShared(ctx, r))
+		}
+	}
+	e.fence.Store(false)
+	e.startGroup, e.exposeGroup = nil, nil
+	return first
+}
+
+// Flush completes, at the target, every RMA call this rank made to target
+// (MPI_Win_flush).
+func (w *Window) Flush(ctx context.Context, target int) error {
+	if err := w.checkEpoch(target); err != nil {
+		return err
+	}
+	return w.flush(ctx, target)
+}
+
+// FlushAll completes every RMA call to every target (MPI_Win_flush_all).
+func (w *Window) FlushAll(ctx context.Context) error {
+	if w.freed.Load() {
+		return ErrFreed
+	}
+	return w.flushAll(ctx)
+}
+
+// FlushLocal completes every RMA call to target at the origin: its buffers
+// may be reused (MPI_Win_flush_local). Origin data is copied when a call
+// is made, so this completes them remotely, which implies it.
+func (w *Window) FlushLocal(ctx context.Context, target int) error { return w.Flush(ctx, target) }
+
+// FlushLocalAll is FlushLocal for every target (MPI_Win_flush_local_all).
+func (w *Window) FlushLocalAll(ctx context.Context) error { return w.FlushAll(ctx) }
+
+// Sync makes this rank's loads and stores to its window memory and the
+// RMA updates it has seen consistent with each other (MPI_Win_sync): a full
+// memory barrier.
+func (w *Window) Sync() error {
+	if w.freed.Load() {
+		return ErrFreed
+	}
+	var x atomic.Uint64
+	x.Add(1) // a locked instruction: a full fence on every platform Go supports
+	return nil
+}
+
+// Post starts an exposure epoch for the ranks of origins (MPI_Win_post):
+// each may then Start an access epoch to this rank. It does not wait.
+func (w *Window) Post(ctx context.Context, origins []int, a Assert) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.freed.Load() {
+		return ErrFreed
+	}
+	if w.ep.exposeGroup != nil || w.ep.fence.Load() {
+		return fmt.Errorf("%w: Post inside an exposure or fence epoch", ErrEpoch)
+	}
+	if err := w.checkGroup(origins); err != nil {
+		return err
+	}
+	me := uint64(w.g.Rank())
+	for _, o := range origins {
+		t := &w.remote[o]
+		if _, err := w.f.FetchAdd(ctx, o, t.syncAddr+uint64(syncPosted)+8*me, t.syncRKey, 1); err != nil {
+			return err
+		}
+	}
+	w.ep.exposeGroup = append([]int{}, origins...)
+	return nil
+}
+
+// Start starts an access epoch to the ranks of targets (MPI_Win_start); it
+// waits until each has posted a matching exposure epoch.
+func (w *Window) Start(ctx context.Context, targets []int, a Assert) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.freed.Load() {
+		return ErrFreed
+	}
+	if w.ep.startGroup != nil || w.ep.fence.Load() || w.ep.lockAll.Load() {
+		return fmt.Errorf("%w: Start inside another access epoch", ErrEpoch)
+	}
+	if err := w.checkGroup(targets); err != nil {
+		return err
+	}
+	for _, t := range targets {
+		if w.ep.access[t].Load() != 0 {
+			return fmt.Errorf("%w: Start while rank %d is locked", ErrEpoch, t)
+		}
+	}
+	for _, t := range targets {
+		if err := w.waitWord(ctx, syncPosted+8*t, w.ep.started[t]+1); err != nil {
+			return err
+		}
+	}
+	for _, t := range targets {
+		w.ep.started[t]++
+		w.ep.access[t].Store(accStarted)
+	}
+	w.ep.startGroup = append([]int{}, targets...)
+	return nil
+}
+
+// Complete ends the access epoch started by Start (MPI_Win_complete): it
+// completes every RMA call of the epoch at its target, then tells each
+// target so.
+func (w *Window) Complete(ctx context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ep.startGroup == nil {
+		return fmt.Errorf("%w: Complete without Start", ErrEpoch)
+	}
+	me := uint64(w.g.Rank())
+	for _, t := range w.ep.startGroup {
+		if err := w.flush(ctx, t); err != nil {
+			return err
+		}
+	}
+	for _, t := range w.ep.startGroup {
+		rt := &w.remote[t]
+		if _, err := w.f.FetchAdd(ctx, t, rt.syncAddr+uint64(syncCompleted(len(w.remote)))+8*me, rt.syncRKey, 1); err != nil {
+			return err
+		}
+		w.ep.access[t].Store(0)
+	}
+	w.ep.startGroup = nil
+	return nil
+}
+
+// Wait ends the exposure epoch started by Post (MPI_Win_wait): it waits
+// until every rank of the Post's group has called Complete, so that all
+// their RMA calls to this rank are done.
+func (w *Window) Wait(ctx context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ep.exposeGroup == nil {
+		return fmt.Errorf("%w: Wait without Post", ErrEpoch)
+	}
+	n := len(w.remote)
+	for _, o := range w.ep.exposeGroup {
+		if err := w.waitWord(ctx, syncCompleted(n)+8*o, w.ep.waited[o]+1); err != nil {
+			return err
+		}
+	}
+	w.endExposure()
+	return nil
+}
+
+// Test is Wait without waiting (MPI_Win_test): it reports whether the
+// exposure epoch has ended, ending it if every origin has completed.
+func (w *Window) Test() (bool, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ep.exposeGroup == nil {
+		return false, fmt.Errorf("%w: Test without Post", ErrEpoch)
+	}
+	n := len(w.remote)
+	for _, o := range w.ep.exposeGroup {
+		if atomic.LoadUint64(w.syncWord(syncCompleted(n)+8*o)) < w.ep.waited[o]+1 {
+			return false, nil
+		}
+	}
+	w.endExposure()
+	return true, nil
+}
+
+func (w *Window) endExposure() {
+	for _, o := range w.ep.exposeGroup {
+		w.ep.waited[o]++
+	}
+	w.ep.exposeGroup = nil
+}
+
+func (w *Window) checkGroup(ranks []int) error {
+	seen := make(map[int]bool, len(ranks))
+	for _, r := range ranks {
+		if r < 0 || r >= len(w.remote) {
+			return fmt.Errorf("%w: rank %d in a group of %d", ErrRank, r, len(w.remote))
+		}
+		if seen[r] {
+			return fmt.Errorf("%w: rank %d twice in the group", ErrInvalid, r)
+		}
+		seen[r] = true
+	}
+	return nil
+}
+
+// waitWord waits until this rank's sync word at off reaches want; peers
+// raise it with NIC atomics.
+func (w *Window) waitWord(ctx context.Context, off int, want uint64) error {
+	p := w.syncWord(off)
+	for i := 0; atomic.LoadUint64(p) < want; i++ {
+		if err := backoff(ctx, i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// flush completes every operation to target: active messages answered,
+// RDMA operations completed; it returns the first error of a
+// fire-and-forget operation since the last flush.
+func (w *Window) flush(ctx context.Context, target int) error {
+	if err := w.f.FlushMessages(ctx, target); err != nil {
+		return err
+	}
+	err := w.f.Flush(ctx, target)
+	if aerr := w.sinks[target].Take(); aerr != nil {
+		return aerr
+	}
+	return err
+}
+
+func (w *Window) flushAll(ctx context.Context) error {
+	var first error
+	for r := range w.remote {
+		if err := w.flush(ctx, r); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// ordered waits, when the window keeps accumulate ordering, until this
+// rank's accumulates to target have been applied, so that an RDMA READ or
+// NIC atomic posted next cannot overtake them.
+func (w *Window) ordered(ctx context.Context, target int) error {
+	if w.cfg.ordered && w.f.Pending(target) {
+		return w.f.FlushMessages(ctx, target)
+	}
+	return nil
+}
