@@ -187,7 +187,7 @@ func (w *Window) lockExclusive(ctx context.Context, rank int) (err error) {
 			if owned {
 				w.undo(rank, syncOwner, -me)
 			}
-			w.undo(rank, syncLock, ^uint64(1<<32 - 1))
+			w.undo(rank, syncLock, ^uint64(1<<32-1))
 		}
 	}()
 	for i := 0; ; i++ {
@@ -229,7 +229,7 @@ func (w *Window) unlockExclusive(ctx context.Context, rank int) error {
 	if _, err := w.f.CompareSwap(ctx, rank, t.syncAddr+syncOwner, t.syncRKey, me, 0); err != nil {
 		return err
 	}
-	_, err := w.f.FetchAdd(ctx, rank, t.syncAddr+syncLock, t.syncRKey, ^uint64(1<<32 - 1))
+	_, err := w.f.FetchAdd(ctx, rank, t.syncAddr+syncLock, t.syncRKey, ^uint64(1<<32-1))
 	return err
 }
 
