@@ -1,6 +1,6 @@
 # make test   unit tests on the host, then the integration tests on rxe
 #             (in the test VM when the host has no RDMA device)
-# make demo   a shared counter across 4 processes on rxe
+# make demo   the MPI standard's accumulate example across 4 processes on rxe
 GO      ?= go
 BIN     := $(CURDIR)/.cache/bin
 RXEVM   := $(BIN)/rxevm
@@ -16,8 +16,7 @@ deps:
 tools: deps
 	@mkdir -p $(BIN)
 	$(GO) build -o $(RXEVM) ./test/rxevm
-	$(GO) build -o $(BIN)/rmarun ./cmd/rmarun
-	$(GO) build -o $(BIN)/counter ./examples/counter
+	$(GO) build -o $(BIN)/ ./cmd/rmarun ./examples/...
 
 test: deps unit nocgo fuzz integration
 
@@ -41,10 +40,10 @@ fuzz:
 
 integration: tools
 	$(GO) test -c -tags integration -o $(BIN)/integration.test ./test
-	$(RXEVM) -- $(BIN)/integration.test -test.v -test.count=1 -test.timeout=25m
+	RMA_EXAMPLES_DIR=$(BIN) $(RXEVM) -- $(BIN)/integration.test -test.v -test.count=1 -test.timeout=25m
 
 demo: tools
-	$(RXEVM) -- $(BIN)/rmarun -n 4 $(BIN)/counter
+	$(RXEVM) -- $(BIN)/rmarun -n 4 $(BIN)/accumulate
 
 clean:
 	rm -rf .cache

@@ -48,11 +48,14 @@ type Options struct {
 	// Spin is how long a waiting call polls before sleeping on the
 	// completion channel (0 = 50us).
 	Spin time.Duration
+	// PeerTimeout is how long a peer may stay silent before calls to it
+	// fail with an error matching verbs.ErrPeerLost (0 = 1 s).
+	PeerTimeout time.Duration
 }
 
 // FromEnv reads the group's identity from the environment: RMA_RANK,
 // RMA_SIZE, RMA_ADDR, RMA_SECRET, or the rank and size that mpirun (Open MPI,
-// MPICH) and srun set; and RMA_DEVICE, RMA_PORT, RMA_GID_INDEX, RMA_SPIN.
+// MPICH) and srun set; and RMA_DEVICE, RMA_PORT, RMA_GID_INDEX, RMA_SPIN, RMA_PEER_TIMEOUT.
 func FromEnv() (Options, error) {
 	cfg, err := bootstrap.ConfigFromEnv()
 	if err != nil {
@@ -67,6 +70,11 @@ func FromEnv() (Options, error) {
 	if v := os.Getenv("RMA_SPIN"); v != "" {
 		if o.Spin, err = time.ParseDuration(v); err != nil || o.Spin <= 0 {
 			return o, fmt.Errorf("group: %w: RMA_SPIN=%q is not a positive duration", ErrConfig, v)
+		}
+	}
+	if v := os.Getenv("RMA_PEER_TIMEOUT"); v != "" {
+		if o.PeerTimeout, err = time.ParseDuration(v); err != nil || o.PeerTimeout <= 0 {
+			return o, fmt.Errorf("group: %w: RMA_PEER_TIMEOUT=%q is not a positive duration", ErrConfig, v)
 		}
 	}
 	if v := os.Getenv("RMA_GID_INDEX"); v != "" {
@@ -89,6 +97,7 @@ type Group struct {
 	target   *fallback.Target // applies other ranks' accumulates to our windows
 	client   *fallback.Client // our accumulates in flight
 	windows  atomic.Uint32    // window ids handed out, in creation order
+	live     *liveness
 }
 
 // Join forms the group: rank 0 listens on Addr, the others join it and
@@ -108,7 +117,7 @@ func Join(ctx context.Context, o Options) (*Group, error) {
 		dev = os.Getenv("RMA_DEVICE")
 	}
 	fab, err := fabric.New(ctx, o.Rank, o.Size, boot, fabric.Options{
-		Device: dev, Port: o.Port, GIDIndex: gid, MTU: o.MTU, Spin: o.Spin,
+		Device: dev, Port: o.Port, GIDIndex: gid, MTU: o.MTU, Spin: o.Spin, PeerTimeout: o.PeerTimeout,
 	})
 	if err != nil {
 		boot.Close()
@@ -120,6 +129,10 @@ func Join(ctx context.Context, o Options) (*Group, error) {
 		Reply:   g.client.OnReply,
 	})
 	g.probeErr = g.probe(ctx)
+	if err := g.startLiveness(ctx); err != nil {
+		g.Close()
+		return nil, err
+	}
 	if err := g.Barrier(ctx); err != nil {
 		g.Close()
 		return nil, err
@@ -199,5 +212,6 @@ func (g *Group) NextWindowID() uint32 { return g.windows.Add(1) }
 
 // Close releases the group's connections. Windows must be freed first.
 func (g *Group) Close() error {
+	g.live.close()
 	return errors.Join(g.fab.Close(), g.boot.Close())
 }

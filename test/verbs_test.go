@@ -197,3 +197,28 @@ func TestVerbsNoAtomicRight(t *testing.T) {
 		t.Logf("fetch-add without the right: %v", err)
 	}
 }
+
+// TestVerbsDeadPeer: a WRITE to a QP that no longer exists may never
+// complete (Soft-RoCE does not time it out); moving the QP to the error
+// state, as the fabric does when a peer's process is found gone, completes
+// it with ErrFlushed.
+func TestVerbsDeadPeer(t *testing.T) {
+	l := newLoopback(t, verbs.AccessRemoteRead|verbs.AccessRemoteWrite)
+	l.b.Close()
+	l.closed = l.closed[:len(l.closed)-1]
+	if err := l.a.PostWrite(1, l.mr.Local(0, 8), l.mr.Addr()+64, l.mr.RKey(), verbs.SendSignaled); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if err := l.a.SetError(); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := l.a.State(); err != nil || st != verbs.QPErr {
+		t.Fatalf("QP state %v, %v; want ERR", st, err)
+	}
+	wc := l.one(t)
+	if err := wc.Err(); !errors.Is(err, verbs.ErrFlushed) && !errors.Is(err, verbs.ErrPeerLost) {
+		t.Fatalf("write to a destroyed QP after SetError: %v, want ErrFlushed", err)
+	}
+	t.Logf("write to a destroyed QP after SetError: %v", wc.Err())
+}

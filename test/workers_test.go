@@ -11,13 +11,16 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/onesided/rma/atomics"
 	"github.com/onesided/rma/datatype"
 	"github.com/onesided/rma/group"
 	"github.com/onesided/rma/op"
+	"github.com/onesided/rma/verbs"
 	"github.com/onesided/rma/win"
 )
 
@@ -31,6 +34,7 @@ var workers = map[string]func(ctx context.Context, g *group.Group) error{
 
 // runWorker plays one rank's part and returns the process's exit code.
 func runWorker(role string) int {
+	verbs.TrackObjects(true)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	opts, err := group.FromEnv()
@@ -55,11 +59,32 @@ func runWorker(role string) int {
 	if cerr := g.Close(); err == nil {
 		err = cerr
 	}
+	if err == nil {
+		err = hygiene()
+	}
 	if err != nil {
 		fmt.Printf("FAIL: rank %d: %v\n", opts.Rank, err)
 		return 1
 	}
 	return 0
+}
+
+// hygiene checks, once a rank has closed its group, that it left no verbs
+// object open and no goroutine running.
+func hygiene() error {
+	if open := verbs.OpenObjects(); len(open) > 0 {
+		return fmt.Errorf("%d verbs objects left open:\n%s", len(open), strings.Join(open, "\n"))
+	}
+	var stacks string
+	for i := 0; i < 100; i++ {
+		buf := make([]byte, 1<<20)
+		stacks = string(buf[:runtime.Stack(buf, true)])
+		if strings.Count(stacks, "goroutine ") <= 1 {
+			return nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return fmt.Errorf("goroutines left running after Close:\n%s", stacks)
 }
 
 func workGroup(ctx context.Context, g *group.Group) error {

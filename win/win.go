@@ -37,6 +37,9 @@ var (
 	ErrEpoch = errors.New("win: wrong synchronization epoch")
 	// ErrFreed: the window was freed.
 	ErrFreed = errors.New("win: window freed")
+	// ErrPeerLost: the target process is gone (it stopped answering for
+	// the group's peer timeout).
+	ErrPeerLost = verbs.ErrPeerLost
 	// ErrUndeclared: the window declared the ops it uses, and not this one.
 	ErrUndeclared = errors.New("win: op not declared for this window")
 )

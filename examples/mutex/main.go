@@ -2,22 +2,24 @@
 // a shared counter that is updated without atomics.
 //
 // The lock is a word in rank 0's window, taken and released with
-// CompareAndSwap under a passive-target epoch (LockAll), as the MPI
-// standard suggests a lock or queue can be built: 0 means free, and a rank
-// takes it by swapping 0 for its rank+1, and gives it back by swapping its
-// rank+1 for 0. Every access to the lock word is a CompareAndSwap, which the
-// NIC applies: NIC atomics are atomic only among themselves, so the word is
-// never written with Put or an accumulate that the target's CPU would apply.
+// CompareAndSwap under a passive-target epoch (LockAll): 0 means free, and
+// a rank takes it by swapping 0 for its rank+1, and gives it back by
+// swapping its rank+1 for 0. Every access to the lock word is a
+// CompareAndSwap, which the NIC applies: NIC atomics are atomic only among
+// themselves, so the word is never written with Put or an accumulate that
+// the target's CPU would apply.
 //
 // With -lock ticket it is a ticket lock instead, a fair queue: a rank takes
 // a ticket with FetchAndOp(SUM, 1) on a "next" word, waits until a "serving"
 // word, read with FetchAndOp(NO_OP), shows its ticket, and passes the lock
-// on with FetchAndOp(SUM, 1) on "serving".
+// on with FetchAndOp(SUM, 1) on "serving". It is fair, and so slower: every
+// critical section hands the lock to another rank, where the CAS lock often
+// lets a rank take again the lock it has just released.
 //
-// Inside the critical section every rank increments a counter in rank 0's
-// window K times with a plain read-modify-write: Get, +1, Put, Flush. Only
-// mutual exclusion keeps increments from being lost, so rank 0 checks at the
-// end that the counter is size*K and that the lock is free.
+// Every rank enters the critical section K times, and inside it increments
+// a counter in rank 0's window with a plain read-modify-write: Get, +1, Put,
+// Flush. Only mutual exclusion keeps increments from being lost, so rank 0
+// checks at the end that the counter is size*K and that the lock is free.
 //
 // Run it with the launcher:
 //

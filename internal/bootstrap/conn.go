@@ -35,6 +35,19 @@ func (c *Conn) Rank() int { return c.rank }
 // Size returns the group size.
 func (c *Conn) Size() int { return c.size }
 
+// LocalIP is the address this process's bootstrap connections use: the
+// interface its peers reach it by (loopback for a group of one).
+func (c *Conn) LocalIP() net.IP {
+	for _, nc := range c.peers {
+		if nc != nil {
+			if a, ok := nc.LocalAddr().(*net.TCPAddr); ok {
+				return a.IP
+			}
+		}
+	}
+	return net.IPv4(127, 0, 0, 1)
+}
+
 // Refused returns how many connections rank 0 refused while forming the
 // group (0 on other ranks).
 func (c *Conn) Refused() int { return c.refused }

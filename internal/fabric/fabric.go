@@ -44,10 +44,11 @@ type Options struct {
 	ReplySpin  time.Duration
 	Credits    int // active messages in flight per peer; 0 = 8
 	MsgSize    int // active-message buffer size; 0 = 64 KiB
-	// Timeout is the transport ACK timeout exponent (4.096us * 2^Timeout); 0 = 14 (~67 ms).
-	Timeout int
-	// RetryCount is the transport retry count; 0 = 7.
-	RetryCount int
+	// PeerTimeout bounds how long a peer may stay silent before calls to it
+	// fail with ErrPeerLost; 0 = DefaultPeerTimeout. It sets the transport's
+	// ACK timeout and retry count, and how long a caller waits for an active
+	// message's reply before it checks that the peer is alive.
+	PeerTimeout time.Duration
 }
 
 // Fabric is one process's connected RDMA resources. Its methods are safe for
@@ -81,6 +82,11 @@ type Fabric struct {
 	pollMu sync.Mutex
 	wcs    [32]verbs.WC
 	spin   time.Duration
+	// peerTimeout: see Options.PeerTimeout.
+	peerTimeout time.Duration
+	// probe: a word every peer may read, to tell whether this rank is alive.
+	probeMem []byte
+	probeMR  *verbs.MR
 	// engineSpin: how long the engine polls for more work after the last
 	// message before it sleeps; replySpin: how long a caller waiting for a
 	// reply polls before it sleeps. Waking a sleeping process costs far more
@@ -93,6 +99,9 @@ type Fabric struct {
 
 type peer struct {
 	qp        *verbs.QP
+	lost      atomic.Pointer[error] // set once the peer is known gone
+	probeAddr uint64
+	probeRKey uint32
 	posted    atomic.Uint64
 	completed atomic.Uint64
 	mu        sync.Mutex
@@ -119,6 +128,10 @@ type slot struct {
 
 // ErrPeerLost is returned when a peer's connection fails.
 var ErrPeerLost = verbs.ErrPeerLost
+
+// DefaultPeerTimeout is how long a peer may stay silent before calls to it
+// fail with ErrPeerLost, unless Options.PeerTimeout says otherwise.
+const DefaultPeerTimeout = time.Second
 
 // New opens the device, creates the resources and connects an RC QP to every
 // rank through ex. It is collective: every rank must call it.
@@ -150,13 +163,17 @@ func New(ctx context.Context, rank, size int, ex Exchanger, o Options) (f *Fabri
 	if o.ReplySpin == 0 {
 		o.ReplySpin = 5 * time.Millisecond
 	}
-	if o.Timeout == 0 {
-		o.Timeout = 14
+	if o.PeerTimeout <= 0 {
+		o.PeerTimeout = DefaultPeerTimeout
 	}
-	if o.RetryCount == 0 {
-		o.RetryCount = 7
+	// The transport gives up after (retries+1) ACK timeouts of 4.096us*2^t.
+	const retries = 7
+	timeout := 1
+	for timeout < 31 && (retries+1)*4096*time.Nanosecond<<timeout < o.PeerTimeout {
+		timeout++
 	}
-	fab := &Fabric{rank: rank, size: size, spin: o.Spin, engineSpin: o.EngineSpin, replySpin: o.ReplySpin, chunkSize: o.ChunkSize}
+	fab := &Fabric{rank: rank, size: size, spin: o.Spin, engineSpin: o.EngineSpin, replySpin: o.ReplySpin,
+		chunkSize: o.ChunkSize, peerTimeout: o.PeerTimeout}
 	f = fab
 	defer func() {
 		if err != nil {
@@ -198,7 +215,7 @@ func New(ctx context.Context, rank, size int, ex Exchanger, o Options) (f *Fabri
 	}
 	f.path = verbs.Path{
 		Port: o.Port, LinkLayer: f.PortAttr.LinkLayer, GIDIndex: gidIndex, MTU: mtu,
-		MaxRdAtomic: rd, Timeout: o.Timeout, RetryCount: o.RetryCount, RNRRetry: 7, MinRNRTimer: 12,
+		MaxRdAtomic: rd, Timeout: timeout, RetryCount: retries, RNRRetry: 7, MinRNRTimer: 12,
 		Access: verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic,
 	}
 
@@ -245,20 +262,31 @@ func New(ctx context.Context, rank, size int, ex Exchanger, o Options) (f *Fabri
 	if f.selfB, err = f.pd.CreateQP(qpc); err != nil {
 		return nil, err
 	}
+	if f.probeMem, err = verbs.Alloc(8); err != nil {
+		return nil, err
+	}
+	if f.probeMR, err = f.pd.RegisterMR(f.probeMem, verbs.AccessRemoteRead); err != nil {
+		return nil, err
+	}
 	local := make([]verbs.Endpoint, size)
-	mine := make([]byte, 0, size*verbs.EndpointSize)
+	mine := make([]byte, 0, size*verbs.EndpointSize+12)
 	for r := range f.peers {
 		local[r] = f.endpoint(f.peers[r].qp)
 		mine = local[r].AppendBinary(mine)
 	}
+	mine = binary.LittleEndian.AppendUint64(mine, f.probeMR.Addr())
+	mine = binary.LittleEndian.AppendUint32(mine, f.probeMR.RKey())
 	all, err := ex.AllGather(ctx, mine)
 	if err != nil {
 		return nil, fmt.Errorf("fabric: exchange endpoints: %w", err)
 	}
 	for r := range f.peers {
-		if len(all[r]) != size*verbs.EndpointSize {
-			return nil, fmt.Errorf("fabric: rank %d sent %d bytes of endpoints, want %d", r, len(all[r]), size*verbs.EndpointSize)
+		if len(all[r]) != size*verbs.EndpointSize+12 {
+			return nil, fmt.Errorf("fabric: rank %d sent %d bytes of endpoints, want %d", r, len(all[r]), size*verbs.EndpointSize+12)
 		}
+		tail := all[r][size*verbs.EndpointSize:]
+		f.peers[r].probeAddr = binary.LittleEndian.Uint64(tail)
+		f.peers[r].probeRKey = binary.LittleEndian.Uint32(tail[8:])
 		var remote verbs.Endpoint
 		if r == rank {
 			b := f.endpoint(f.selfB)
@@ -326,6 +354,12 @@ func (f *Fabric) Close() error {
 		keep(f.selfB.Close())
 	}
 	keep(f.closeMessaging())
+	if f.probeMR != nil {
+		keep(f.probeMR.Close())
+	}
+	if f.probeMem != nil {
+		keep(verbs.Free(f.probeMem))
+	}
 	if f.mr != nil {
 		keep(f.mr.Close())
 	}
@@ -352,6 +386,9 @@ func (f *Fabric) Close() error {
 // --- slots and chunks ---
 
 func (f *Fabric) acquireSlot(ctx context.Context, rank int, async bool) (uint32, error) {
+	if err := f.peerErr(rank); err != nil {
+		return 0, err
+	}
 	for {
 		select {
 		case id := <-f.freeSlots:
@@ -419,6 +456,10 @@ func (f *Fabric) pollLocked() int {
 		p := &f.peers[s.peer]
 		if werr := wc.Err(); werr != nil {
 			s.err = fmt.Errorf("rank %d: %w", s.peer, werr)
+			if errors.Is(werr, verbs.ErrPeerLost) || errors.Is(werr, verbs.ErrFlushed) {
+				f.markLost(int(s.peer), werr)
+				s.err = f.peerErr(int(s.peer))
+			}
 		}
 		if s.async {
 			if s.err != nil {
@@ -528,6 +569,45 @@ func (f *Fabric) wait(ctx context.Context, id uint32) (abandoned bool, err error
 	default:
 	}
 	return false, s.err
+}
+
+// markLost records that rank is gone; calls to it fail from now on. Its QP
+// is moved to the error state, so every request in flight to it completes
+// (with ErrFlushed) even if the transport would never time it out.
+func (f *Fabric) markLost(rank int, cause error) {
+	err := fmt.Errorf("fabric: %w: rank %d: %v", ErrPeerLost, rank, cause)
+	p := &f.peers[rank]
+	if p.lost.CompareAndSwap(nil, &err) && rank != f.rank {
+		p.qp.SetError()
+	}
+}
+
+// MarkLost records that rank is gone (its process died): calls to it fail
+// with ErrPeerLost from now on, including those in flight.
+func (f *Fabric) MarkLost(rank int, cause error) { f.markLost(rank, cause) }
+
+// peerErr is the error of calls to a rank known to be gone, or nil.
+func (f *Fabric) peerErr(rank int) error {
+	if e := f.peers[rank].lost.Load(); e != nil {
+		return *e
+	}
+	return nil
+}
+
+// PeerErr reports whether rank is known to be gone (an error wrapping
+// ErrPeerLost) or not (nil).
+func (f *Fabric) PeerErr(rank int) error { return f.peerErr(rank) }
+
+// probe reads rank's probe word: it fails, within the peer timeout, if
+// rank is gone, and marks it lost.
+func (f *Fabric) probe(ctx context.Context, rank int) error {
+	p := &f.peers[rank]
+	_, err := f.Read8(ctx, rank, p.probeAddr, p.probeRKey)
+	if err != nil && ctx.Err() == nil {
+		f.markLost(rank, err)
+		return f.peerErr(rank)
+	}
+	return err
 }
 
 func (f *Fabric) checkRank(rank int) error {

@@ -38,10 +38,7 @@ type Handlers struct {
 }
 
 type credit struct {
-	state atomic.Uint32 // slotFree, slotBusy, slotDone, slotAbandoned
-	async bool          // released by its reply
-	wake  chan struct{}
-	timer *time.Timer
+	state atomic.Uint32 // slotFree, slotReserved (acquired), slotBusy (sent)
 }
 
 type msgPeer struct {
@@ -99,7 +96,6 @@ func (f *Fabric) initMessaging(credits, size int) (err error) {
 		p.credits = make([]credit, credits)
 		p.wake = make(chan struct{}, 1)
 		for c := range p.credits {
-			p.credits[c].wake = make(chan struct{}, 1)
 			p.free <- uint16(c)
 		}
 	}
@@ -282,24 +278,13 @@ func (f *Fabric) onReply(rank, c int, reply []byte) {
 	}
 	p := &m.peers[rank]
 	cr := &p.credits[c]
-	switch st := cr.state.Load(); {
-	case st == slotBusy && cr.async:
-		if m.h.Reply != nil {
-			m.h.Reply(rank, c, reply)
-		}
-		f.releaseCredit(rank, c)
-	case st == slotBusy:
-		if m.h.Reply != nil {
-			m.h.Reply(rank, c, reply)
-		}
-		cr.state.Store(slotDone)
-		select {
-		case cr.wake <- struct{}{}:
-		default:
-		}
-	case st == slotAbandoned:
-		f.releaseCredit(rank, c)
+	if cr.state.Load() != slotBusy {
+		return // not a request in flight: a stray or duplicate reply
 	}
+	if m.h.Reply != nil {
+		m.h.Reply(rank, c, reply)
+	}
+	f.releaseCredit(rank, c)
 }
 
 func (f *Fabric) releaseCredit(rank, c int) {
@@ -331,19 +316,21 @@ func (f *Fabric) Acquire(ctx context.Context, rank int) (int, []byte, error) {
 			return int(c), m.mem[off : off+m.size : off+m.size], nil
 		default:
 		}
-		if err := f.progressMsg(ctx, func() bool { return len(p.free) > 0 }, p.wake, nil); err != nil {
+		if err := f.progressMsg(ctx, rank, func() bool { return len(p.free) > 0 }); err != nil {
 			return 0, nil, err
 		}
 	}
 }
 
-// Send posts the request of n bytes built in credit's buffer. If async, the
-// credit is released when its reply has been handed to Handlers.Reply;
-// otherwise the caller must call Wait.
-func (f *Fabric) Send(rank, c, n int, async bool) error {
+// Send posts the request of n bytes built in credit's buffer. The credit
+// is released when its reply has been handed to Handlers.Reply.
+func (f *Fabric) Send(rank, c, n int) error {
 	m := &f.m
+	if err := f.peerErr(rank); err != nil {
+		f.releaseCredit(rank, c)
+		return err
+	}
 	cr := &m.peers[rank].credits[c]
-	cr.async = async
 	cr.state.Store(slotBusy) // publishes the caller's records of the request to the reply handler
 	off := m.reqOff + (rank*m.credits+c)*m.size
 	id, err := f.acquireSlot(context.Background(), rank, true)
@@ -369,50 +356,40 @@ func (f *Fabric) Send(rank, c, n int, async bool) error {
 // Release gives back a credit that was acquired but not sent.
 func (f *Fabric) Release(rank, c int) { f.releaseCredit(rank, c) }
 
-// Wait waits for the reply to a request sent with async false, then
-// releases its credit. If ctx ends first, the credit is abandoned (released
-// when the reply comes, without calling Handlers.Reply) and ctx's error returned.
-func (f *Fabric) Wait(ctx context.Context, rank, c int) error {
-	cr := &f.m.peers[rank].credits[c]
-	if err := f.progressMsg(ctx, func() bool { return cr.state.Load() == slotDone }, cr.wake, cr); err != nil {
-		if cr.state.CompareAndSwap(slotBusy, slotAbandoned) {
-			return err
-		}
-	}
-	select {
-	case <-cr.wake:
-	default:
-	}
-	f.releaseCredit(rank, c)
-	return nil
-}
-
 // FlushMessages waits until every request to rank has been answered.
 func (f *Fabric) FlushMessages(ctx context.Context, rank int) error {
 	m := &f.m
 	p := &m.peers[rank]
-	return f.progressMsg(ctx, func() bool { return len(p.free) == m.credits }, p.wake, nil)
+	return f.progressMsg(ctx, rank, func() bool { return len(p.free) == m.credits })
 }
 
 // WaitMessages drives progress until done reports true or ctx ends; done
 // should become true as replies from rank arrive.
 func (f *Fabric) WaitMessages(ctx context.Context, rank int, done func() bool) error {
-	return f.progressMsg(ctx, done, f.m.peers[rank].wake, nil)
+	return f.progressMsg(ctx, rank, done)
 }
 
 // Pending reports whether requests to rank are awaiting replies.
 func (f *Fabric) Pending(rank int) bool { return len(f.m.peers[rank].free) != f.m.credits }
 
 // progressMsg drives receives (and sends) until done or ctx ends. After
-// spinning it sleeps on wake, which the engine goroutine signals.
-func (f *Fabric) progressMsg(ctx context.Context, done func() bool, wake chan struct{}, cr *credit) error {
+// spinning it sleeps on rank's wake channel, which the engine goroutine
+// signals when a credit comes back. If nothing comes from rank for the
+// peer timeout, it probes rank and fails with ErrPeerLost if rank is gone.
+func (f *Fabric) progressMsg(ctx context.Context, rank int, done func() bool) error {
 	m := &f.m
+	wake := m.peers[rank].wake
 	var spinStart time.Time
+	start := time.Now()
+	var timer *time.Timer
 	for i := 0; ; i++ {
 		if done() {
 			return nil
 		}
 		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := f.peerErr(rank); err != nil {
 			return err
 		}
 		if m.recvMu.TryLock() {
@@ -438,24 +415,24 @@ func (f *Fabric) progressMsg(ctx context.Context, done func() bool, wake chan st
 			yield()
 			continue
 		}
-		// Sleep until the engine goroutine signals, re-checking every ms.
-		var t *time.Timer
-		if cr != nil {
-			if cr.timer == nil {
-				cr.timer = time.NewTimer(time.Millisecond)
-			} else {
-				cr.timer.Reset(time.Millisecond)
+		if time.Since(start) > f.peerTimeout {
+			if err := f.probe(ctx, rank); err != nil {
+				return err
 			}
-			t = cr.timer
+			start = time.Now()
+		}
+		// Sleep until the engine goroutine signals, re-checking every ms.
+		if timer == nil {
+			timer = time.NewTimer(time.Millisecond)
 		} else {
-			t = time.NewTimer(time.Millisecond)
+			timer.Reset(time.Millisecond)
 		}
 		select {
 		case <-wake:
-		case <-t.C:
+		case <-timer.C:
 		case <-ctx.Done():
 		}
-		t.Stop()
+		timer.Stop()
 		spinStart = time.Time{}
 	}
 }

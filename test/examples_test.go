@@ -1,0 +1,89 @@
+//go:build integration
+
+package test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestExamples runs the programs of examples/ as a user would, with the
+// launcher, 4 ranks each. They are built outside the test (the test VM
+// may have no Go toolchain): RMA_EXAMPLES_DIR names the directory that holds
+// rmarun and the example binaries (make integration sets it). Each program
+// checks its own result and exits non-zero when it is wrong; the test also
+// wants rank 0's line that says the check passed.
+func TestExamples(t *testing.T) {
+	requireDevice(t)
+	dir := os.Getenv("RMA_EXAMPLES_DIR")
+	if dir == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("RMA_EXAMPLES_DIR is not set: in CI the examples must run (make integration builds them)")
+		}
+		t.Skip("RMA_EXAMPLES_DIR is not set; run through make integration")
+	}
+	for _, tc := range []struct {
+		name string
+		prog string
+		args []string
+		want []string // regexps that rank 0's output must match, one line each
+	}{
+		{"accumulate", "accumulate", nil,
+			[]string{`accumulate: B\(j\) = sum .*: correct`}},
+		{"mapvals", "mapvals", []string{"-variant", "both"},
+			[]string{`mapvals variant 1 .*: correct`, `mapvals variant 2 .*: correct`}},
+		{"counter", "counter", []string{"-iters", "500"},
+			[]string{`total \d+ \(expected \d+\): correct`}},
+		{"mutex", "mutex", []string{"-k", "200"},
+			[]string{`mutex \(cas lock\): .*: correct`}},
+		{"mutex-ticket", "mutex", []string{"-k", "100", "-lock", "ticket"},
+			[]string{`mutex \(ticket lock\): .*: correct`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := runExample(t, dir, tc.prog, tc.args...)
+			for _, re := range tc.want {
+				if !regexp.MustCompile(`(?m)^\[0\] ` + re).MatchString(out) {
+					t.Errorf("%s: no line from rank 0 matching %q", tc.prog, re)
+				}
+			}
+			if strings.Contains(out, "WRONG") {
+				t.Errorf("%s reported a wrong result", tc.prog)
+			}
+		})
+	}
+}
+
+// runExample runs dir/rmarun -n 4 dir/prog args... and returns its combined
+// output; the test fails if it does not exit with 0.
+func runExample(t *testing.T, dir, prog string, args ...string) string {
+	t.Helper()
+	for _, f := range []string{"rmarun", prog} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Fatalf("RMA_EXAMPLES_DIR=%s: %v", dir, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	argv := append([]string{"-n", "4", "-timeout", "4m", filepath.Join(dir, prog)}, args...)
+	cmd := exec.CommandContext(ctx, filepath.Join(dir, "rmarun"), argv...)
+	cmd.WaitDelay = 10 * time.Second
+	start := time.Now()
+	b, err := cmd.CombinedOutput()
+	out := string(b)
+	t.Logf("rmarun %s (%v):\n%s", strings.Join(argv, " "), time.Since(start).Round(time.Millisecond), out)
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		t.Fatalf("%s exited with code %d", prog, ee.ExitCode())
+	case err != nil:
+		t.Fatalf("%s: %v", prog, err)
+	}
+	return out
+}

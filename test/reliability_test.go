@@ -1,0 +1,141 @@
+//go:build integration
+
+package test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/onesided/rma/datatype"
+	"github.com/onesided/rma/group"
+	"github.com/onesided/rma/op"
+	"github.com/onesided/rma/win"
+)
+
+func init() { workers["peerdeath"] = workPeerDeath }
+
+const peerTimeout = 500 * time.Millisecond
+
+func waitFile(ctx context.Context, path string) error {
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// workPeerDeath: rank 3 is killed inside a LockAll epoch; the others check
+// that calls to it fail with ErrPeerLost, that they still work among
+// themselves, and that Free and Close return.
+func workPeerDeath(ctx context.Context, g *group.Group) error {
+	dir := os.Getenv("RMA_TEST_DIR")
+	w, err := win.Allocate(ctx, g, 64, 8)
+	if err != nil {
+		return err
+	}
+	if err := w.LockAll(ctx); err != nil {
+		return err
+	}
+	if err := g.Barrier(ctx); err != nil {
+		return err
+	}
+	if g.Rank() == 3 {
+		os.WriteFile(filepath.Join(dir, "ready"), nil, 0o644)
+		<-ctx.Done() // killed before this
+		return ctx.Err()
+	}
+	if err := waitFile(ctx, filepath.Join(dir, "killed")); err != nil {
+		return err
+	}
+	one := u64(math.Float64bits(1))
+	start := time.Now()
+	// An accumulate through rank 3's engine, pending when the loss is found.
+	dctx, dcancel := context.WithTimeout(ctx, 20*peerTimeout)
+	defer dcancel()
+	aerr := w.Accumulate(dctx, one, datatype.Float64, 3, 0, op.Max)
+	if aerr == nil {
+		aerr = w.Flush(dctx, 3)
+	}
+	if dctx.Err() != nil {
+		buf := make([]byte, 1<<20)
+		fmt.Printf("stuck:\n%s\n", buf[:runtime.Stack(buf, true)])
+	}
+	if !errors.Is(aerr, win.ErrPeerLost) {
+		return fmt.Errorf("accumulate and flush to the dead rank: %v, want ErrPeerLost", aerr)
+	}
+	fmt.Printf("detected_ms=%d\n", time.Since(start).Milliseconds())
+	// New calls of every kind fail the same way, at once or within the timeout.
+	var b [8]byte
+	calls := map[string]error{
+		"put+flush": func() error {
+			if err := w.Put(ctx, b[:], 3, 0); err != nil {
+				return err
+			}
+			return w.Flush(ctx, 3)
+		}(),
+		"get":            w.Get(ctx, b[:], 3, 0),
+		"fetch-and-op":   func() error { _, err := win.FetchAndOp(ctx, w, int64(1), 3, 1, op.Sum); return err }(),
+		"get-accumulate": w.GetAccumulate(ctx, one, b[:], datatype.Float64, 3, 2, op.Sum),
+	}
+	for name, err := range calls {
+		if !errors.Is(err, win.ErrPeerLost) {
+			return fmt.Errorf("%s to the dead rank: %v, want ErrPeerLost", name, err)
+		}
+	}
+	// The survivors still work among themselves.
+	for t := 0; t < 3; t++ {
+		if _, err := win.FetchAndOp(ctx, w, int64(1), t, 1, op.Sum); err != nil {
+			return fmt.Errorf("fetch-and-op to survivor %d: %w", t, err)
+		}
+		if err := w.Accumulate(ctx, one, datatype.Float64, t, 2, op.Sum); err != nil {
+			return err
+		}
+		if err := w.Flush(ctx, t); err != nil {
+			return fmt.Errorf("flush to survivor %d: %w", t, err)
+		}
+	}
+	fmt.Println("survivors=ok")
+	// Free is collective and rank 3 cannot take part: it must return, with an error.
+	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	ferr := w.Free(fctx)
+	fmt.Printf("free returned: %v\n", ferr)
+	return nil
+}
+
+func TestPeerDeath(t *testing.T) {
+	l := newLaunch(t, "peerdeath", 4, "RMA_PEER_TIMEOUT="+peerTimeout.String())
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	procs := make([]*proc, 4)
+	for r := range procs {
+		procs[r] = l.start(ctx, r, l.secret)
+	}
+	if err := waitFile(ctx, l.file("ready")); err != nil {
+		t.Fatalf("rank 3 never got ready: %v", err)
+	}
+	if err := procs[3].cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	procs[3].cmd.Wait()
+	os.WriteFile(l.file("killed"), nil, 0o644)
+	outs := l.wait(procs[:3])
+	for r, out := range outs {
+		value(t, out, "survivors")
+		t.Logf("rank %d found the loss in %s ms (peer timeout %v); %s", r, value(t, out, "detected_ms"), peerTimeout,
+			strings.TrimSpace(out[strings.Index(out, "free returned"):]))
+	}
+}
