@@ -38,9 +38,15 @@ fuzz:
 			$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$p >/dev/null || exit 1; \
 		done; done
 
+# The integration tests run on rxe (in the test VM where the host has no
+# RDMA device); a subset runs again built with the race detector.
+RACE_TESTS := AccumulateEveryPair|AccumulateOrdering|FetchThrough|Hostile|PeerDeath|Cancellation|Soak|Shared
 integration: tools
 	$(GO) test -c -tags integration -o $(BIN)/integration.test ./test
-	RMA_EXAMPLES_DIR=$(BIN) $(RXEVM) -- $(BIN)/integration.test -test.v -test.count=1 -test.timeout=25m
+	$(GO) test -c -race -tags integration -o $(BIN)/integration-race.test ./test
+	RMA_EXAMPLES_DIR=$(BIN) $(RXEVM) -- sh -c '$(BIN)/integration.test -test.v -test.count=1 -test.timeout=25m && \
+		echo "== race detector ==" && RMA_SOAK_TIME=4s $(BIN)/integration-race.test -test.v -test.count=1 -test.timeout=20m -test.run "$(RACE_TESTS)"'
+
 
 demo: tools
 	$(RXEVM) -- $(BIN)/rmarun -n 4 $(BIN)/accumulate

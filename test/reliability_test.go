@@ -139,3 +139,131 @@ func TestPeerDeath(t *testing.T) {
 			strings.TrimSpace(out[strings.Index(out, "free returned"):]))
 	}
 }
+
+func init() { workers["cancel"] = workCancel }
+
+// workCancel (2 ranks): every call that waits returns promptly once its
+// context ends, and the window stays usable.
+func workCancel(ctx context.Context, g *group.Group) error {
+	w, err := win.Allocate(ctx, g, 64, 8)
+	if err != nil {
+		return err
+	}
+	usable := func(name string) error {
+		if err := w.LockAll(ctx); err != nil {
+			return fmt.Errorf("after %s: %w", name, err)
+		}
+		if _, err := win.FetchAndOp(ctx, w, int64(1), 1-g.Rank(), 0, op.Sum); err != nil {
+			return fmt.Errorf("after %s: %w", name, err)
+		}
+		if err := w.GetAccumulate(ctx, u64(1), make([]byte, 8), datatype.Int32, 1-g.Rank(), 1, op.Sum); err != nil {
+			return fmt.Errorf("after %s: %w", name, err)
+		}
+		return w.UnlockAll(ctx)
+	}
+	timed := func(name string, d time.Duration, call func(ctx context.Context) error) error {
+		c, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		start := time.Now()
+		err := call(c)
+		late := time.Since(start) - d
+		if !errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("%s: %v, want context.DeadlineExceeded", name, err)
+		}
+		if late > 500*time.Millisecond {
+			return fmt.Errorf("%s returned %v after its deadline", name, late)
+		}
+		fmt.Printf("cancel %q: returned %v after the deadline\n", name, late.Round(time.Millisecond))
+		return nil
+	}
+	const d = 300 * time.Millisecond
+	// Rank 1 holds an exclusive lock on rank 0 while rank 0 is refused one.
+	if g.Rank() == 1 {
+		if err := w.Lock(ctx, win.LockExclusive, 0, 0); err != nil {
+			return err
+		}
+	}
+	if err := g.Barrier(ctx); err != nil {
+		return err
+	}
+	if g.Rank() == 0 {
+		if err := timed("Lock of a held lock", d, func(c context.Context) error { return w.Lock(c, win.LockShared, 0, 0) }); err != nil {
+			return err
+		}
+		if err := timed("Start with no Post", d, func(c context.Context) error { return w.Start(c, []int{1}, 0) }); err != nil {
+			return err
+		}
+		if err := w.Post(ctx, []int{1}, 0); err != nil {
+			return err
+		}
+		if err := timed("Wait with no Complete", d, func(c context.Context) error { return w.Wait(c) }); err != nil {
+			return err
+		}
+	}
+	if err := g.Barrier(ctx); err != nil {
+		return err
+	}
+	if g.Rank() == 1 {
+		if err := w.Unlock(ctx, 0); err != nil {
+			return err
+		}
+		// Let rank 0's exposure epoch end.
+		if err := w.Start(ctx, []int{0}, 0); err != nil {
+			return err
+		}
+		if err := w.Complete(ctx); err != nil {
+			return err
+		}
+	} else {
+		if err := w.Wait(ctx); err != nil {
+			return err
+		}
+	}
+	if err := g.Barrier(ctx); err != nil {
+		return err
+	}
+	// Calls given an already cancelled context return its error at once.
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := w.LockAll(ctx); err != nil {
+		return err
+	}
+	var b [8]byte
+	peer := 1 - g.Rank()
+	for name, call := range map[string]func() error{
+		"FetchAndOp":    func() error { _, err := win.FetchAndOp(done, w, int64(1), peer, 0, op.Sum); return err },
+		"GetAccumulate": func() error { return w.GetAccumulate(done, u64(1), b[:], datatype.Float64, peer, 2, op.Sum) },
+		"Get":           func() error { return w.Get(done, b[:], peer, 0) },
+		"CompareAndSwap": func() error {
+			_, err := win.CompareAndSwap(done, w, int64(5), int64(6), peer, 3)
+			return err
+		},
+	} {
+		start := time.Now()
+		err := call()
+		if err != nil && !errors.Is(err, context.Canceled) {
+			return fmt.Errorf("%s with a cancelled context: %v", name, err)
+		}
+		if time.Since(start) > 500*time.Millisecond {
+			return fmt.Errorf("%s with a cancelled context took %v", name, time.Since(start))
+		}
+	}
+	if err := w.UnlockAll(ctx); err != nil {
+		return err
+	}
+	if err := usable("cancelled calls"); err != nil {
+		return err
+	}
+	fmt.Println("cancel=ok")
+	if err := g.Barrier(ctx); err != nil {
+		return err
+	}
+	return w.Free(ctx)
+}
+
+func TestCancellation(t *testing.T) {
+	outs := newLaunch(t, "cancel", 2).run(2 * time.Minute)
+	for _, o := range outs {
+		value(t, o, "cancel")
+	}
+}

@@ -175,6 +175,9 @@ func (w *Window) check(ctx context.Context, o op.Op, use op.Use, origin, result 
 // layout already is, else a packed copy.
 func packed(b Buffer) []byte {
 	n := int64(b.Count) * b.Type.Size()
+	if b.Data == nil || !b.Type.Valid() {
+		return nil // NO_OP: no origin data
+	}
 	if b.Type.IsContiguous() && b.Type.LB() == 0 {
 		return b.Data[:n]
 	}
