@@ -1,0 +1,83 @@
+package win
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+
+	"github.com/onesided/rma/datatype"
+)
+
+func TestElements(t *testing.T) {
+	if n, err := elements(make([]byte, 24), datatype.Float64); err != nil || n != 3 {
+		t.Fatalf("24 bytes of float64: %d, %v", n, err)
+	}
+	if _, err := elements(make([]byte, 7), datatype.Float64); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("7 bytes of float64: %v, want ErrInvalid", err)
+	}
+	if _, err := elements(nil, 0); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("invalid datatype: %v", err)
+	}
+	if b := Contiguous(make([]byte, 16), datatype.Int32); b.Count != 4 || b.Type.Basic() != datatype.Int32 {
+		t.Fatalf("Contiguous: %+v", b)
+	}
+}
+
+func TestPacked(t *testing.T) {
+	src := []byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}
+	// contiguous: the data itself, no copy
+	b := Buffer{Data: src, Type: datatype.Uint8.Type(), Count: 4}
+	if p := packed(b); &p[0] != &src[0] || len(p) != 4 {
+		t.Fatalf("contiguous buffer copied or cut wrong: %v", p)
+	}
+	// every third byte
+	vec, err := datatype.Vector(3, 1, 3, datatype.Uint8.Type())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := packed(Buffer{Data: src, Type: vec, Count: 1}); !bytes.Equal(p, []byte{0, 3, 6}) {
+		t.Fatalf("vector packed to %v, want [0 3 6]", p)
+	}
+	if p := packed(Buffer{Type: datatype.Uint8.Type(), Count: 1}); p != nil {
+		t.Fatalf("no data (NO_OP) packed to %v", p)
+	}
+}
+
+func TestCheckData(t *testing.T) {
+	f64, i64 := datatype.Float64.Type(), datatype.Int64.Type()
+	r := Region{Type: f64, Count: 2}
+	if err := checkData("origin", &Buffer{Data: make([]byte, 16), Type: f64, Count: 2}, &r); err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string]Buffer{
+		"other basic type": {Data: make([]byte, 16), Type: i64, Count: 2},
+		"other signature":  {Data: make([]byte, 24), Type: f64, Count: 3},
+		"short buffer":     {Data: make([]byte, 8), Type: f64, Count: 2},
+	} {
+		if err := checkData("origin", &b, &r); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: %v, want ErrInvalid", name, err)
+		}
+	}
+}
+
+// The sync page's parts must not overlap, for any group size.
+func TestSyncLayout(t *testing.T) {
+	for _, n := range []int{1, 2, 7, 64, 1000} {
+		if syncCompleted(n) < syncPosted+8*n || syncTable(n) < syncCompleted(n)+8*n {
+			t.Errorf("size %d: counters overlap", n)
+		}
+		if syncSize(n) < syncTable(n)+16+maxRegions*regionSize || syncSize(n)%4096 != 0 {
+			t.Errorf("size %d: page of %d bytes too small or not whole pages", n, syncSize(n))
+		}
+		if syncOwner+8 > syncPosted || syncTable(n)%8 != 0 {
+			t.Errorf("size %d: misaligned words", n)
+		}
+	}
+}
+
+func TestAddress(t *testing.T) {
+	b := make([]byte, 16)
+	if Address(b[4:]) != Address(b)+4 || Address(nil) != 0 {
+		t.Fatal("Address does not follow the slice")
+	}
+}
