@@ -610,13 +610,6 @@ func (f *Fabric) probe(ctx context.Context, rank int) error {
 	return err
 }
 
-func (f *Fabric) checkRank(rank int) error {
-	if rank < 0 || rank >= f.size {
-		return fmt.Errorf("fabric: rank %d outside [0,%d)", rank, f.size)
-	}
-	return nil
-}
-
 // --- operations ---
 
 // Write copies src to raddr at rank. It returns once the data is handed to
