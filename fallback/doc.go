@@ -99,8 +99,9 @@
 //     (StatusMalformed);
 //  2. the window id (StatusUnknownWindow);
 //  3. the basic datatype (StatusBadLayout);
-//  4. the op: predefined (StatusUnknownOp; user-defined ops are not
-//     registered yet), allowed on the datatype and in the kind of call by
+//  4. the op: predefined, or a user op this process registered with
+//     op.Register (otherwise StatusUnknownOp), allowed on the datatype and
+//     in the kind of call by
 //     op.Check with op.Accumulate or op.GetAccumulate, or
 //     op.CheckCompareAndSwap (StatusOpDatatype, StatusOpUse);
 //  5. the target datatype: a canonical encoding of a valid datatype built

@@ -249,10 +249,14 @@ func checkOp(k Kind, o op.Op, b datatype.Basic) *Error {
 	case KindCompareAndSwap:
 		err = op.CheckCompareAndSwap(b)
 	case KindAccumulate, KindGetAccumulate:
-		if !o.Predefined() {
-			if o.IsUser() {
-				return newError(StatusUnknownOp, fmt.Sprintf("user-defined op %v is not registered", o))
-			}
+		// A user-defined op must be registered by name in this process
+		// (op.Register); a process-local one (op.Create) is unknown here
+		// even if the value happens to match. op.Check then checks the
+		// element type the op is bound to.
+		if o.IsUser() && !o.Registered() {
+			return newError(StatusUnknownOp, fmt.Sprintf("user-defined op %d is not registered on this rank", uint8(o)))
+		}
+		if !o.Predefined() && !o.IsUser() {
 			return newError(StatusUnknownOp, fmt.Sprintf("unknown op %d", uint8(o)))
 		}
 		use := op.Accumulate

@@ -9,6 +9,9 @@ import (
 // kernelFor returns the kernel of (o, b): nil with a nil error for NO_OP on
 // a valid type, or the reason it has none.
 func kernelFor(o Op, b datatype.Basic) (kernel, error) {
+	if o >= FirstUser {
+		return userKernelFor(o, b)
+	}
 	if o < numOps && b <= datatype.MaxBasic {
 		if k := kernels[o][b]; k != nil {
 			return k, nil
@@ -45,7 +48,14 @@ func lengthError(o Op, b datatype.Basic, format string, args ...any) error {
 // product rounded term by term; the logical ops treat non-zero as true and
 // store 1 or 0; MAXLOC and MINLOC keep the lower index on equal values.
 //
-// Apply does not allocate. It is not atomic: concurrent Apply calls on the
+// A user-defined op (see [Create], [Register]) is applied as
+// fn(in=origin, inout=target), that is target[i] = origin[i] o target[i],
+// on elements of the type it is bound to (else [ErrOpDatatype]). If fn
+// panics, the panic is recovered and reported as an error wrapping
+// [ErrInvalid]; target may then be partly updated.
+//
+// Apply does not allocate (for a user-defined op: on buffers aligned for
+// its element type). It is not atomic: concurrent Apply calls on the
 // same target bytes must be serialized by the caller.
 func Apply(o Op, b datatype.Basic, target, origin []byte) error {
 	k, err := kernelFor(o, b)
@@ -58,6 +68,9 @@ func Apply(o Op, b datatype.Basic, target, origin []byte) error {
 			o, b, len(target), len(origin), es)
 	}
 	if k != nil && len(target) > 0 {
+		if o >= FirstUser {
+			return callUser(o, b, func() { k(o, target, origin) })
+		}
 		k(o, target, origin)
 	}
 	return nil
@@ -79,6 +92,9 @@ func ApplyFetch(o Op, b datatype.Basic, target, origin, result []byte) error {
 	}
 	copy(result, target)
 	if k != nil && len(target) > 0 {
+		if o >= FirstUser {
+			return callUser(o, b, func() { k(o, target, origin) })
+		}
 		k(o, target, origin)
 	}
 	return nil
@@ -117,6 +133,16 @@ func ApplyType(o Op, t datatype.Type, count int, window []byte, base int64, orig
 	if size == 0 || k == nil && result == nil {
 		return nil
 	}
+	if o >= FirstUser {
+		return callUser(o, b, func() { applyType(k, o, t, count, window, base, origin, result, size) })
+	}
+	applyType(k, o, t, count, window, base, origin, result, size)
+	return nil
+}
+
+// applyType is the walk of ApplyType, once everything is checked.
+func applyType(k kernel, o Op, t datatype.Type, count int, window []byte, base int64, origin, result []byte, size int64) {
+	b := t.Basic()
 	if t.IsContiguous() {
 		lo := base + t.TrueLB()
 		w := window[lo : lo+size]
@@ -126,7 +152,7 @@ func ApplyType(o Op, t datatype.Type, count int, window []byte, base int64, orig
 		if k != nil {
 			k(o, w, origin)
 		}
-		return nil
+		return
 	}
 	es := int64(b.Size())
 	var pos int64
@@ -142,7 +168,6 @@ func ApplyType(o Op, t datatype.Type, count int, window []byte, base int64, orig
 		pos += nb
 		return true
 	})
-	return nil
 }
 
 // CompareAndSwap is the target side of MPI_Compare_and_swap on one element

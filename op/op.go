@@ -11,8 +11,8 @@ import (
 // Op is a reduction or accumulate operation. The zero value is invalid.
 //
 // Values 1 to 127 are reserved for predefined ops, values from [FirstUser]
-// (128) up for user-defined ops registered at run time (not implemented yet:
-// [Check] and [Apply] refuse them for now).
+// (128) to 255 for user-defined ops made at run time by [Create] and
+// [Register].
 type Op uint8
 
 // The predefined ops of MPI.
@@ -68,13 +68,16 @@ func (o Op) Predefined() bool { return o >= 1 && o < numOps }
 func (o Op) IsUser() bool { return o >= FirstUser }
 
 // String returns the MPI name of o without the "MPI_" prefix ("SUM",
-// "NO_OP", ...), "USER(n)" for a user-defined op and "Op(n)" for an invalid
-// value.
+// "NO_OP", ...), the name of a registered user-defined op, "USER(n)" for
+// another value of the user range and "Op(n)" for an invalid value.
 func (o Op) String() string {
 	switch {
 	case o.Predefined():
 		return opNames[o]
 	case o.IsUser():
+		if u := lookup(o); u != nil && u.named {
+			return u.name
+		}
 		return "USER(" + strconv.Itoa(int(o-FirstUser)) + ")"
 	}
 	return "Op(" + strconv.Itoa(int(o)) + ")"
@@ -135,8 +138,9 @@ var (
 	// ErrLength: the buffers of a kernel call differ in length or are not a
 	// whole number of elements.
 	ErrLength = errors.New("op: buffer length mismatch")
-	// ErrInvalid: an invalid op, datatype or use value (including
-	// user-defined ops, not implemented yet), or a bad argument.
+	// ErrInvalid: an invalid op, datatype or use value (including a
+	// user-defined op value that is not defined in this process), a bad
+	// argument, or a user-defined op's function that panicked.
 	ErrInvalid = errors.New("op: invalid argument")
 )
 
@@ -185,12 +189,11 @@ func defined(o Op, b datatype.Basic) bool {
 }
 
 func checkArgs(o Op, b datatype.Basic) error {
+	if o.IsUser() {
+		return checkUser(o, b, Collective)
+	}
 	if !o.Predefined() {
-		what := "invalid op"
-		if o.IsUser() {
-			what = "user-defined ops are not supported yet"
-		}
-		return &Error{Op: o, Basic: b, Err: ErrInvalid, Msg: fmt.Sprintf("%s: %v", what, o)}
+		return &Error{Op: o, Basic: b, Err: ErrInvalid, Msg: fmt.Sprintf("invalid op: %v", o)}
 	}
 	if !b.Valid() {
 		return &Error{Op: o, Basic: b, Err: ErrInvalid, Msg: fmt.Sprintf("%v: invalid datatype %v", o, b)}
@@ -211,13 +214,21 @@ func checkArgs(o Op, b datatype.Basic) error {
 //   - BAND, BOR, BXOR: integers and byte;
 //   - MAXLOC, MINLOC: the value-index pairs only;
 //   - REPLACE: any type, accumulate family only (not in collectives);
-//   - NO_OP: any type, fetching forms only (GetAccumulate, FetchAndOp).
+//   - NO_OP: any type, fetching forms only (GetAccumulate, FetchAndOp);
+//   - a user-defined op: only the element type it is bound to (and
+//     datatype.Byte for an op on uint8); in the collectives whether made by
+//     [Create] or [Register], in the accumulate family only if made by
+//     [Register]; a value of the user range that is not defined in this
+//     process is invalid.
 //
 // The error is an *[Error] wrapping [ErrOpDatatype], [ErrOpUse] or
 // [ErrInvalid].
 func Check(o Op, b datatype.Basic, use Use) error {
 	if use < 1 || use >= numUses {
 		return &Error{Op: o, Basic: b, Use: use, Err: ErrInvalid, Msg: fmt.Sprintf("invalid use %v", use)}
+	}
+	if o.IsUser() {
+		return checkUser(o, b, use)
 	}
 	if err := checkArgs(o, b); err != nil {
 		e := err.(*Error)
@@ -252,5 +263,12 @@ func CheckCompareAndSwap(b datatype.Basic) error {
 // Commutative reports whether o is commutative, as the collectives need to
 // know. Every predefined reduction op is (MPI treats them as commutative and
 // associative, although floating point SUM and PROD round differently in
-// different orders); REPLACE and NO_OP, which keep one operand, are not.
-func (o Op) Commutative() bool { return o.Predefined() && o != Replace && o != NoOp }
+// different orders); REPLACE and NO_OP, which keep one operand, are not. A
+// user-defined op is if it was made so; an undefined value is not.
+func (o Op) Commutative() bool {
+	if o.IsUser() {
+		u := lookup(o)
+		return u != nil && u.commute
+	}
+	return o.Predefined() && o != Replace && o != NoOp
+}

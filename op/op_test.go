@@ -52,7 +52,7 @@ func TestOpNames(t *testing.T) {
 			t.Errorf("%d: %v", i, o)
 		}
 	}
-	if Op(0).String() != "Op(0)" || Op(0).Predefined() || FirstUser.String() != "USER(0)" || !Op(200).IsUser() || Op(100).String() != "Op(100)" {
+	if Op(0).String() != "Op(0)" || Op(0).Predefined() || (FirstUser+62).String() != "USER(62)" || !Op(200).IsUser() || Op(100).String() != "Op(100)" {
 		t.Error("invalid op names")
 	}
 	if !Sum.Commutative() || Replace.Commutative() || NoOp.Commutative() || Op(0).Commutative() {
@@ -100,7 +100,7 @@ func TestCheckTable(t *testing.T) {
 		"op: REPLACE cannot be used in a collective (MPI allows it only in the accumulate family)":         Check(Replace, datatype.Int32, Collective),
 		"op: NO_OP cannot be used in Accumulate (MPI allows it only in GetAccumulate and FetchAndOp)":      Check(NoOp, datatype.Int32, Accumulate),
 		"op: compare-and-swap is not defined on float64 (MPI defines it on integers, byte and bool only)":  CheckCompareAndSwap(datatype.Float64),
-		"op: user-defined ops are not supported yet: USER(3)":                                              Check(FirstUser+3, datatype.Int32, Accumulate),
+		"op: user-defined op USER(60) is not defined in this process (neither registered nor created)":     Check(FirstUser+60, datatype.Int32, Accumulate),
 	}
 	for want, err := range msgs {
 		if err == nil || err.Error() != want {
@@ -703,7 +703,7 @@ func TestApplyErrors(t *testing.T) {
 		{Apply(Maxloc, datatype.Int64, tgt, tgt), ErrOpDatatype},
 		{Apply(Band, datatype.Float64, tgt, tgt), ErrOpDatatype},
 		{Apply(0, datatype.Int64, tgt, tgt), ErrInvalid},
-		{Apply(FirstUser, datatype.Int64, tgt, tgt), ErrInvalid},
+		{Apply(FirstUser+61, datatype.Int64, tgt, tgt), ErrInvalid},
 		{Apply(NoOp, 0, tgt, tgt), ErrInvalid},
 		{Apply(Sum, 0, tgt, tgt), ErrInvalid},
 		{Apply(Sum, 200, tgt, tgt), ErrInvalid},
