@@ -349,6 +349,27 @@ func putGet(ctx context.Context, w *win.Window) error {
 			return fmt.Errorf("put/get of %d bytes at offset %d differs", n, off)
 		}
 	}
+	// A small put from memory inside a Go object that holds pointers (cgo
+	// may not be handed such memory; the library must not pass it).
+	type holder struct {
+		next *holder
+		buf  [16]byte
+	}
+	h := &holder{next: &holder{}}
+	copy(h.buf[:], "pointer-holding!")
+	if err := w.Put(ctx, h.buf[:], 0, 3); err != nil {
+		return err
+	}
+	if err := w.Flush(ctx, 0); err != nil {
+		return err
+	}
+	small := make([]byte, 16)
+	if err := w.Get(ctx, small, 0, 3); err != nil {
+		return err
+	}
+	if !bytes.Equal(small, h.buf[:]) {
+		return fmt.Errorf("small put from a pointer-holding object: read back %q", small)
+	}
 	fmt.Println("putget=ok")
 	return nil
 }

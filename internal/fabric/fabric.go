@@ -228,7 +228,7 @@ func New(ctx context.Context, rank, size int, ex Exchanger, o Options) (f *Fabri
 	if f.cq, err = f.dev.CreateCQ(o.Slots+16, f.ch); err != nil {
 		return nil, err
 	}
-	f.chunkOff = (o.Slots*8 + 4095) &^ 4095
+	f.chunkOff = (o.Slots*slotScratch + 4095) &^ 4095
 	if f.mem, err = verbs.Alloc(f.chunkOff + o.Chunks*o.ChunkSize); err != nil {
 		return nil, err
 	}
@@ -258,7 +258,7 @@ func New(ctx context.Context, rank, size int, ex Exchanger, o Options) (f *Fabri
 			return nil, err
 		}
 	}
-	f.maxInline = f.peers[rank].qp.MaxInline()
+	f.maxInline = min(f.peers[rank].qp.MaxInline(), slotScratch)
 	if f.selfB, err = f.pd.CreateQP(qpc); err != nil {
 		return nil, err
 	}
@@ -432,10 +432,21 @@ func (f *Fabric) chunk(c int32) []byte {
 	return f.mem[off : off+f.chunkSize : off+f.chunkSize]
 }
 
-func (f *Fabric) atomicLocal(id uint32) verbs.Local { return f.mr.Local(int(id)*8, 8) }
+// slotScratch is each slot's part of the scratch area: an atomic's result,
+// or a small write's payload. Inline payloads are copied there first so
+// that C never sees the caller's memory (which may sit in a Go object that
+// holds pointers, which cgo refuses to pass).
+const slotScratch = 256
+
+func (f *Fabric) atomicLocal(id uint32) verbs.Local { return f.mr.Local(int(id)*slotScratch, 8) }
+
+func (f *Fabric) scratch(id uint32) []byte {
+	off := int(id) * slotScratch
+	return f.mem[off : off+slotScratch : off+slotScratch]
+}
 
 func (f *Fabric) atomicResult(id uint32) uint64 {
-	return *(*uint64)(unsafe.Pointer(&f.mem[id*8]))
+	return *(*uint64)(unsafe.Pointer(&f.mem[int(id)*slotScratch]))
 }
 
 // --- completion ---
@@ -622,7 +633,9 @@ func (f *Fabric) Write(ctx context.Context, rank int, src []byte, raddr uint64, 
 			return err
 		}
 		p.posted.Add(1)
-		if err := p.qp.PostWriteInline(uint64(id), src, raddr, rkey, verbs.SendSignaled); err != nil {
+		data := f.scratch(id)[:len(src)]
+		copy(data, src)
+		if err := p.qp.PostWriteInline(uint64(id), data, raddr, rkey, verbs.SendSignaled); err != nil {
 			p.completed.Add(1)
 			f.releaseSlot(id)
 			return err
