@@ -58,6 +58,8 @@ func (m *fakeMem) flush(ctx context.Context, peer int) error {
 	return nil
 }
 
+func (m *fakeMem) alive(int) error { return nil }
+
 func (m *fakeMem) putWord(ctx context.Context, v uint64, peer, off int) error {
 	atomic.StoreUint64(&m.net.mem[peer][off/8], v)
 	return nil

@@ -113,6 +113,8 @@ type memory interface {
 	// putWord writes the 8-byte word v at the aligned offset off of peer's
 	// memory, in one piece; it need not be flushed.
 	putWord(ctx context.Context, v uint64, peer, off int) error
+	// alive is nil while peer's process is there, else why it is not.
+	alive(peer int) error
 	close(ctx context.Context) error
 }
 
@@ -211,9 +213,6 @@ func (c *Comm) Rank() int { return c.rank }
 func (c *Comm) Size() int { return c.size }
 
 // winMemory is memory over a window of package win, in a LockAll epoch.
-// The small buffers it writes from are allocations of their own, free of
-// Go pointers: a write of inline data passes them to C, and cgo's check
-// scans the whole allocation a pointer points into.
 type winMemory struct {
 	w    *win.Window
 	word []byte
@@ -230,6 +229,10 @@ func (m *winMemory) flush(ctx context.Context, peer int) error { return m.w.Flus
 func (m *winMemory) putWord(ctx context.Context, v uint64, peer, off int) error {
 	binary.NativeEndian.PutUint64(m.word, v)
 	return m.w.Put(ctx, m.word, peer, off) // copied before Put returns
+}
+
+func (m *winMemory) alive(peer int) error {
+	return m.w.Group().Fabric().PeerErr(peer)
 }
 
 func (m *winMemory) close(ctx context.Context) error {

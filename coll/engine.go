@@ -240,6 +240,11 @@ func (c *Comm) run(ctx context.Context, t *call, xs ...*xfer) error {
 			b.reset()
 			continue
 		}
+		for _, x := range xs {
+			if err := c.mem.alive(x.peer); err != nil && !x.done() {
+				return fmt.Errorf("coll: rank %d in %v: %w", c.rank, kind(t.tag), err)
+			}
+		}
 		if err := b.wait(ctx); err != nil {
 			return fmt.Errorf("coll: rank %d waiting in %v: %w", c.rank, kind(t.tag), err)
 		}
