@@ -1,12 +1,13 @@
 # make test   unit tests on the host, then the integration tests on rxe
 #             (in the test VM when the host has no RDMA device)
 # make demo   the MPI standard's accumulate example across 4 processes on rxe
+# make bench  this library against perftest on the same device, same boot
 GO      ?= go
 BIN     := $(CURDIR)/.cache/bin
 RXEVM   := $(BIN)/rxevm
 FUZZTIME ?= 5s
 
-.PHONY: all test deps unit nocgo fuzz integration demo tools clean
+.PHONY: all test deps unit nocgo fuzz integration demo bench tools clean
 
 all: test
 
@@ -50,6 +51,12 @@ integration: tools
 
 demo: tools
 	$(RXEVM) -- $(BIN)/rmarun -n 4 $(BIN)/accumulate
+
+# make bench  perftest and cmd/rmabench on one RDMA device (the test VM's rxe0
+#             when the host has none): one table, and bench-results.json
+bench: tools
+	$(GO) build -o $(BIN)/rmabench ./cmd/rmabench
+	RXEVM=$(RXEVM) BIN=$(BIN) bash hack/bench.sh
 
 clean:
 	rm -rf .cache

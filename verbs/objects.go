@@ -465,6 +465,23 @@ func (qp *QP) PostRecv(wrID uint64, l Local) error { return postRecv(qp.p, wrID,
 
 // PostFetchAdd posts an 8-byte atomic fetch-and-add at raddr (8-byte
 // aligned); the old value lands in l (8 bytes).
+// PostAtomicPoll posts a fetch-and-add (fadd) or compare-and-swap like
+// PostFetchAdd and PostCompareSwap, then polls cq once into wcs, in one call
+// to C. It returns the number of completions polled.
+func (qp *QP) PostAtomicPoll(wrID uint64, l Local, raddr uint64, rkey uint32, fadd bool, a, b uint64, flags SendFlags, cq *CQ, wcs []WC) (int, error) {
+	op := opCmpSwap
+	if fadd {
+		op = opFetchAdd
+	}
+	return postSendPoll(qp.p, wrID, op, flags, l, raddr, rkey, a, b, cq.p, wcs)
+}
+
+// PostReadPoll posts an RDMA READ like PostRead, then polls cq once into
+// wcs, in one call to C. It returns the number of completions polled.
+func (qp *QP) PostReadPoll(wrID uint64, l Local, raddr uint64, rkey uint32, flags SendFlags, cq *CQ, wcs []WC) (int, error) {
+	return postSendPoll(qp.p, wrID, opRead, flags, l, raddr, rkey, 0, 0, cq.p, wcs)
+}
+
 func (qp *QP) PostFetchAdd(wrID uint64, l Local, raddr uint64, rkey uint32, add uint64, flags SendFlags) error {
 	return postSend(qp.p, wrID, opFetchAdd, flags, l, raddr, rkey, add, 0, 0)
 }

@@ -213,6 +213,18 @@ static int go_post_send(struct ibv_qp *qp, uint64_t wr_id, int opcode, int flags
 	return ibv_post_send(qp, &wr, &bad);
 }
 
+// go_post_send_poll posts one send work request, then polls cq once: one
+// call from Go instead of two for a synchronous operation. It returns the
+// number of completions polled, or -1000-errno if the post failed.
+static int go_post_send_poll(struct ibv_qp *qp, uint64_t wr_id, int opcode, int flags,
+		uint64_t laddr, uint32_t len, uint32_t lkey,
+		uint64_t raddr, uint32_t rkey, uint64_t add_or_cmp, uint64_t swap,
+		struct ibv_cq *cq, struct gowc *out, int n) {
+	int r = go_post_send(qp, wr_id, opcode, flags, laddr, len, lkey, raddr, rkey, add_or_cmp, swap, 0);
+	if (r != 0) return -1000 - r;
+	return go_poll_cq(cq, out, n);
+}
+
 // go_post_inline posts a WRITE or SEND whose payload is copied by the provider
 // during the call (IBV_SEND_INLINE); data is not kept.
 static int go_post_inline(struct ibv_qp *qp, uint64_t wr_id, int opcode, int flags,
@@ -501,6 +513,20 @@ func qpToError(p unsafe.Pointer) error {
 		return errnoErr("modify QP to ERR", r)
 	}
 	return nil
+}
+
+func postSendPoll(p unsafe.Pointer, wrID uint64, opcode int, flags SendFlags, l Local, raddr uint64, rkey uint32, a, b uint64, cq unsafe.Pointer, wcs []WC) (int, error) {
+	n := min(len(wcs), maxPollPerCall)
+	r := C.go_post_send_poll((*C.struct_ibv_qp)(p), C.uint64_t(wrID), C.int(opcode), C.int(flags),
+		C.uint64_t(l.Addr), C.uint32_t(l.Len), C.uint32_t(l.LKey), C.uint64_t(raddr), C.uint32_t(rkey),
+		C.uint64_t(a), C.uint64_t(b), (*C.struct_ibv_cq)(cq), (*C.struct_gowc)(unsafe.Pointer(&wcs[0])), C.int(n))
+	if r <= -1000 {
+		return 0, errnoErr("post send", -(r + 1000))
+	}
+	if r < 0 {
+		return 0, fmt.Errorf("verbs: poll CQ: %w", syscall.EIO)
+	}
+	return int(r), nil
 }
 
 func postSend(p unsafe.Pointer, wrID uint64, opcode int, flags SendFlags, l Local, raddr uint64, rkey uint32, a, b uint64, imm uint32) error {

@@ -52,6 +52,10 @@ func createCQ(unsafe.Pointer, int, unsafe.Pointer) (unsafe.Pointer, error) {
 func createQP(unsafe.Pointer, *QPConfig) (unsafe.Pointer, uint32, int, error) {
 	return nil, 0, 0, ErrNotSupported
 }
+func postSendPoll(unsafe.Pointer, uint64, int, SendFlags, Local, uint64, uint32, uint64, uint64, unsafe.Pointer, []WC) (int, error) {
+	return 0, ErrNotSupported
+}
+
 func postSend(unsafe.Pointer, uint64, int, SendFlags, Local, uint64, uint32, uint64, uint64, uint32) error {
 	return ErrNotSupported
 }

@@ -227,6 +227,13 @@ func (w *Window) send(ctx context.Context, kind fallback.Kind, o op.Op, basic da
 	if origin.Count > 0 && data == nil && o != op.NoOp {
 		return fmt.Errorf("%w: cannot pack the origin buffer", ErrInvalid)
 	}
+	// A predefined target type whose elements fit in one message is one
+	// piece: no Split (nor its allocations).
+	if elems := int64(t.Count); t.Type == basic.Type() && t.Count <= fallback.MaxCount &&
+		elems*int64(basic.Size()) <= int64(w.f.MsgSize()-fallback.RequestHeaderSize) {
+		p := fallback.Piece{Disp: d.off, Type: t.Type, Count: t.Count, Elem: 0, Elems: elems}
+		return w.sendPiece(ctx, kind, o, t.Rank, d.reg.id, p, data, fop)
+	}
 	return fallback.Split(d.off, t.Type, t.Count, w.f.MsgSize(), func(p fallback.Piece) error {
 		var b []byte
 		if data != nil {

@@ -73,7 +73,7 @@ func ExampleWindow_AccumulateTo() {
 
 // Which path an operation takes on a window.
 func ExampleWindow_Route() {
-	var w *win.Window // from win.Allocate
+	var w *win.Window                              // from win.Allocate
 	fmt.Println(w.Route(op.Sum, datatype.Int64))   // nic-fetch-add
 	fmt.Println(w.Route(op.Max, datatype.Float64)) // engine
 }

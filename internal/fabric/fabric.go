@@ -76,11 +76,13 @@ type Fabric struct {
 	maxInline int
 
 	slots      []slot
-	freeSlots  chan uint32
+	slotMu     sync.Mutex
+	freeList   []uint32     // free slots, a stack (the last freed is reused first)
+	nfree      atomic.Int32 // len(freeList), readable without slotMu
 	freeChunks chan uint32
 
 	pollMu sync.Mutex
-	wcs    [32]verbs.WC
+	wcs    []verbs.WC // 32, in f.mem: off the Go heap, so cgo's pointer checks are cheap
 	spin   time.Duration
 	// peerTimeout: see Options.PeerTimeout.
 	peerTimeout time.Duration
@@ -124,6 +126,10 @@ type slot struct {
 	err   error
 	wake  chan struct{}
 	timer *time.Timer
+	// sleeping: the waiter blocks on wake (the poller signals it only
+	// then); slept: it did, so a stale signal may have to be drained.
+	sleeping atomic.Bool
+	slept    bool
 }
 
 // ErrPeerLost is returned when a peer's connection fails.
@@ -228,19 +234,23 @@ func New(ctx context.Context, rank, size int, ex Exchanger, o Options) (f *Fabri
 	if f.cq, err = f.dev.CreateCQ(o.Slots+16, f.ch); err != nil {
 		return nil, err
 	}
-	f.chunkOff = (o.Slots*slotScratch + 4095) &^ 4095
+	wcBytes := 32 * int(unsafe.Sizeof(verbs.WC{}))
+	f.chunkOff = (o.Slots*slotScratch + 2*wcBytes + 4095) &^ 4095
 	if f.mem, err = verbs.Alloc(f.chunkOff + o.Chunks*o.ChunkSize); err != nil {
 		return nil, err
 	}
 	if f.mr, err = f.pd.RegisterMR(f.mem, verbs.AccessLocalWrite); err != nil {
 		return nil, err
 	}
+	f.wcs = unsafe.Slice((*verbs.WC)(unsafe.Pointer(&f.mem[o.Slots*slotScratch])), 32)
+	f.m.wcs = unsafe.Slice((*verbs.WC)(unsafe.Pointer(&f.mem[o.Slots*slotScratch+wcBytes])), 32)
 	f.slots = make([]slot, o.Slots)
-	f.freeSlots = make(chan uint32, o.Slots)
+	f.freeList = make([]uint32, 0, o.Slots)
 	for i := range f.slots {
 		f.slots[i].wake = make(chan struct{}, 1)
 		f.slots[i].chunk = -1
-		f.freeSlots <- uint32(i)
+		f.freeList = append(f.freeList, uint32(i))
+		f.nfree.Add(1)
 	}
 	f.freeChunks = make(chan uint32, o.Chunks)
 	for i := 0; i < o.Chunks; i++ {
@@ -390,15 +400,19 @@ func (f *Fabric) acquireSlot(ctx context.Context, rank int, async bool) (uint32,
 		return 0, err
 	}
 	for {
-		select {
-		case id := <-f.freeSlots:
+		f.slotMu.Lock()
+		if k := len(f.freeList); k > 0 {
+			id := f.freeList[k-1]
+			f.freeList = f.freeList[:k-1]
+			f.nfree.Add(-1)
+			f.slotMu.Unlock()
 			s := &f.slots[id]
 			s.state.Store(slotBusy)
 			s.async, s.peer, s.chunk, s.err = async, int32(rank), -1, nil
 			return id, nil
-		default:
 		}
-		if err := f.progressUntil(ctx, func() bool { return len(f.freeSlots) > 0 }, nil); err != nil {
+		f.slotMu.Unlock()
+		if err := f.progressUntil(ctx, func() bool { return f.nfree.Load() > 0 }, nil); err != nil {
 			return 0, err
 		}
 	}
@@ -411,7 +425,10 @@ func (f *Fabric) releaseSlot(id uint32) {
 		s.chunk = -1
 	}
 	s.state.Store(slotFree)
-	f.freeSlots <- id
+	f.slotMu.Lock()
+	f.freeList = append(f.freeList, id)
+	f.nfree.Add(1)
+	f.slotMu.Unlock()
 }
 
 func (f *Fabric) acquireChunk(ctx context.Context) (int32, error) {
@@ -457,6 +474,11 @@ func (f *Fabric) pollLocked() int {
 	if err != nil {
 		return 0
 	}
+	return f.dispatchLocked(n)
+}
+
+// dispatchLocked handles the n completions in f.wcs; pollMu is held.
+func (f *Fabric) dispatchLocked(n int) int {
 	for i := 0; i < n; i++ {
 		wc := &f.wcs[i]
 		id := uint32(wc.WRID)
@@ -489,9 +511,11 @@ func (f *Fabric) pollLocked() int {
 			f.releaseSlot(id) // the waiter gave up
 			continue
 		}
-		select {
-		case s.wake <- struct{}{}:
-		default:
+		if s.sleeping.Load() {
+			select {
+			case s.wake <- struct{}{}:
+			default:
+			}
 		}
 	}
 	return n
@@ -501,6 +525,7 @@ func (f *Fabric) pollLocked() int {
 // wake, if not nil, is signalled when the condition may have become true.
 func (f *Fabric) progressUntil(ctx context.Context, done func() bool, s *slot) error {
 	var spinStart time.Time
+	empty := 0 // polls that found nothing; the clock is read every 64th
 	for i := 0; ; i++ {
 		if done() {
 			return nil
@@ -511,9 +536,12 @@ func (f *Fabric) progressUntil(ctx context.Context, done func() bool, s *slot) e
 		if f.pollMu.TryLock() {
 			n := f.pollLocked()
 			if n == 0 && !done() {
-				if spinStart.IsZero() {
+				empty++
+				if empty&63 != 0 {
+					// keep polling: reading the clock can cost more than a poll
+				} else if spinStart.IsZero() {
 					spinStart = time.Now()
-				} else if i&15 == 0 && time.Since(spinStart) > f.spin {
+				} else if time.Since(spinStart) > f.spin {
 					err := f.sleepLocked(ctx, done)
 					spinStart = time.Time{}
 					if err != nil {
@@ -522,7 +550,7 @@ func (f *Fabric) progressUntil(ctx context.Context, done func() bool, s *slot) e
 					}
 				}
 			} else {
-				spinStart = time.Time{}
+				spinStart, empty = time.Time{}, 0
 			}
 			f.pollMu.Unlock()
 			continue
@@ -540,6 +568,12 @@ func (f *Fabric) progressUntil(ctx context.Context, done func() bool, s *slot) e
 			}
 			continue
 		}
+		s.sleeping.Store(true)
+		s.slept = true
+		if done() {
+			s.sleeping.Store(false)
+			return nil
+		}
 		if s.timer == nil {
 			s.timer = time.NewTimer(time.Millisecond)
 		} else {
@@ -551,6 +585,7 @@ func (f *Fabric) progressUntil(ctx context.Context, done func() bool, s *slot) e
 		case <-ctx.Done():
 		}
 		s.timer.Stop()
+		s.sleeping.Store(false)
 	}
 }
 
@@ -575,9 +610,12 @@ func (f *Fabric) wait(ctx context.Context, id uint32) (abandoned bool, err error
 			return true, err
 		}
 	}
-	select {
-	case <-s.wake:
-	default:
+	if s.slept {
+		s.slept = false
+		select {
+		case <-s.wake:
+		default:
+		}
 	}
 	return false, s.err
 }
@@ -670,7 +708,54 @@ func (f *Fabric) Write(ctx context.Context, rank int, src []byte, raddr uint64, 
 // Read copies len(dst) bytes from raddr at rank into dst and returns when
 // they are there.
 func (f *Fabric) Read(ctx context.Context, rank int, dst []byte, raddr uint64, rkey uint32) error {
+	if n := len(dst); n > 0 && n <= 8 {
+		// Small: into the slot's own 8 bytes, no staging chunk.
+		id, err := f.readSmall(ctx, rank, raddr, rkey, n)
+		if err != nil {
+			return err
+		}
+		off := int(id) * slotScratch
+		copy(dst, f.mem[off:off+n])
+		f.releaseSlot(id)
+		return nil
+	}
 	return f.ReadV(ctx, rank, rkey, dst, []Segment{{Addr: raddr, Len: len(dst)}})
+}
+
+// readSmall reads n <= 8 bytes at raddr into slot id's scratch word and
+// waits; the caller reads the word, then releases the slot.
+func (f *Fabric) readSmall(ctx context.Context, rank int, raddr uint64, rkey uint32, n int) (uint32, error) {
+	p := &f.peers[rank]
+	id, err := f.acquireSlot(ctx, rank, false)
+	if err != nil {
+		return 0, err
+	}
+	p.posted.Add(1)
+	l := f.mr.Local(int(id)*slotScratch, n)
+	if f.pollMu.TryLock() {
+		var k int
+		k, err = p.qp.PostReadPoll(uint64(id), l, raddr, rkey, verbs.SendSignaled, f.cq, f.wcs[:])
+		if k > 0 {
+			f.dispatchLocked(k)
+		}
+		f.pollMu.Unlock()
+	} else {
+		err = p.qp.PostRead(uint64(id), l, raddr, rkey, verbs.SendSignaled)
+	}
+	if err != nil {
+		p.completed.Add(1)
+		f.releaseSlot(id)
+		return 0, err
+	}
+	abandoned, err := f.wait(ctx, id)
+	if abandoned {
+		return 0, err
+	}
+	if err != nil {
+		f.releaseSlot(id)
+		return 0, err
+	}
+	return id, nil
 }
 
 // Segment is a remote range.
@@ -763,7 +848,16 @@ func (f *Fabric) atomic(ctx context.Context, rank int, raddr uint64, rkey uint32
 		return 0, err
 	}
 	p.posted.Add(1)
-	if fadd {
+	if f.pollMu.TryLock() {
+		// Post and poll in one call to C: the completion is often there
+		// already (always on rxe, which does the work in the post).
+		var n int
+		n, err = p.qp.PostAtomicPoll(uint64(id), f.atomicLocal(id), raddr, rkey, fadd, a, b, verbs.SendSignaled, f.cq, f.wcs[:])
+		if n > 0 {
+			f.dispatchLocked(n)
+		}
+		f.pollMu.Unlock()
+	} else if fadd {
 		err = p.qp.PostFetchAdd(uint64(id), f.atomicLocal(id), raddr, rkey, a, verbs.SendSignaled)
 	} else {
 		err = p.qp.PostCompareSwap(uint64(id), f.atomicLocal(id), raddr, rkey, a, b, verbs.SendSignaled)
@@ -790,18 +884,13 @@ func (f *Fabric) waitWord(ctx context.Context, id uint32) (uint64, error) {
 // Read8 reads the aligned 8-byte word at raddr with one RDMA READ, which is
 // atomic with respect to NIC atomics and to the target CPU's aligned stores.
 func (f *Fabric) Read8(ctx context.Context, rank int, raddr uint64, rkey uint32) (uint64, error) {
-	p := &f.peers[rank]
-	id, err := f.acquireSlot(ctx, rank, false)
+	id, err := f.readSmall(ctx, rank, raddr, rkey, 8)
 	if err != nil {
 		return 0, err
 	}
-	p.posted.Add(1)
-	if err := p.qp.PostRead(uint64(id), f.atomicLocal(id), raddr, rkey, verbs.SendSignaled); err != nil {
-		p.completed.Add(1)
-		f.releaseSlot(id)
-		return 0, err
-	}
-	return f.waitWord(ctx, id)
+	v := f.atomicResult(id)
+	f.releaseSlot(id)
+	return v, nil
 }
 
 // Flush waits until every request posted to rank so far has completed and

@@ -1,0 +1,5 @@
+//go:build !linux
+
+package main
+
+func isatty(fd int) bool { return false }
