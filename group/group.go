@@ -48,6 +48,12 @@ type Options struct {
 	// Spin is how long a waiting call polls before sleeping on the
 	// completion channel (0 = 50us).
 	Spin time.Duration
+	// EngineSpin is how long the engine polls for more active messages
+	// after serving one before it sleeps (0 = 2ms); ReplySpin how long a
+	// call polls for a reply before it sleeps (0 = 5ms). Polling yields the
+	// CPU between polls; waking a sleeping process can cost far more than a
+	// round trip.
+	EngineSpin, ReplySpin time.Duration
 	// PeerTimeout is how long a peer may stay silent before calls to it
 	// fail with an error matching verbs.ErrPeerLost (0 = 1 s).
 	PeerTimeout time.Duration
@@ -55,7 +61,7 @@ type Options struct {
 
 // FromEnv reads the group's identity from the environment: RMA_RANK,
 // RMA_SIZE, RMA_ADDR, RMA_SECRET, or the rank and size that mpirun (Open MPI,
-// MPICH) and srun set; and RMA_DEVICE, RMA_PORT, RMA_GID_INDEX, RMA_SPIN, RMA_PEER_TIMEOUT.
+// MPICH) and srun set; and RMA_DEVICE, RMA_PORT, RMA_GID_INDEX, RMA_SPIN, RMA_ENGINE_SPIN, RMA_REPLY_SPIN, RMA_PEER_TIMEOUT.
 func FromEnv() (Options, error) {
 	cfg, err := bootstrap.ConfigFromEnv()
 	if err != nil {
@@ -70,6 +76,16 @@ func FromEnv() (Options, error) {
 	if v := os.Getenv("RMA_SPIN"); v != "" {
 		if o.Spin, err = time.ParseDuration(v); err != nil || o.Spin <= 0 {
 			return o, fmt.Errorf("group: %w: RMA_SPIN=%q is not a positive duration", ErrConfig, v)
+		}
+	}
+	for _, d := range []struct {
+		name string
+		to   *time.Duration
+	}{{"RMA_ENGINE_SPIN", &o.EngineSpin}, {"RMA_REPLY_SPIN", &o.ReplySpin}} {
+		if v := os.Getenv(d.name); v != "" {
+			if *d.to, err = time.ParseDuration(v); err != nil || *d.to <= 0 {
+				return o, fmt.Errorf("group: %w: %s=%q is not a positive duration", ErrConfig, d.name, v)
+			}
 		}
 	}
 	if v := os.Getenv("RMA_PEER_TIMEOUT"); v != "" {
@@ -118,6 +134,7 @@ func Join(ctx context.Context, o Options) (*Group, error) {
 	}
 	fab, err := fabric.New(ctx, o.Rank, o.Size, boot, fabric.Options{
 		Device: dev, Port: o.Port, GIDIndex: gid, MTU: o.MTU, Spin: o.Spin, PeerTimeout: o.PeerTimeout,
+		EngineSpin: o.EngineSpin, ReplySpin: o.ReplySpin,
 	})
 	if err != nil {
 		boot.Close()
