@@ -333,17 +333,31 @@ func join(ctx context.Context, o group.Options) (*group.Group, error) {
 	return group.Join(jctx, o)
 }
 
+// startCPUProfile writes a CPU profile to path until stop is called; an
+// empty path profiles nothing.
+func startCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
 // drive is rank 1: it runs the cases and reports.
 func drive(ctx context.Context, o group.Options, c *config) int {
-	if c.cpuProfile != "" {
-		f, err := os.Create(c.cpuProfile)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "rmabench:", err)
-			return 1
-		}
-		pprof.StartCPUProfile(f)
-		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	stop, err := startCPUProfile(c.cpuProfile)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "rmabench:", err)
+		return 1
 	}
+	defer stop()
 	g, err := join(ctx, o)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "rmabench:", err)
@@ -379,14 +393,13 @@ func drive(ctx context.Context, o group.Options, c *config) int {
 // serve is rank 0 (and any other rank but 1): it exposes its window and
 // waits until rank 1 is done.
 func serve(ctx context.Context, o group.Options, c *config) int {
-	if c.cpuProfile0 != "" && o.Rank == 0 {
-		f, err := os.Create(c.cpuProfile0)
+	if o.Rank == 0 {
+		stop, err := startCPUProfile(c.cpuProfile0)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "rmabench:", err)
 			return 1
 		}
-		pprof.StartCPUProfile(f)
-		defer func() { pprof.StopCPUProfile(); f.Close() }()
+		defer stop()
 	}
 	g, err := join(ctx, o)
 	if err != nil {
