@@ -215,8 +215,9 @@ func (f *Fabric) engine(ctx context.Context) {
 		}
 		before = m.requests
 		f.pollRecvLocked()
+		served := m.requests != before
 		m.recvMu.Unlock()
-		if m.requests != before {
+		if served {
 			stamp = true
 			continue
 		}
