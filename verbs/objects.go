@@ -463,8 +463,6 @@ func (qp *QP) PostSendInlineImm(wrID uint64, data []byte, imm uint32, flags Send
 // PostRecv posts a receive buffer.
 func (qp *QP) PostRecv(wrID uint64, l Local) error { return postRecv(qp.p, wrID, l) }
 
-// PostFetchAdd posts an 8-byte atomic fetch-and-add at raddr (8-byte
-// aligned); the old value lands in l (8 bytes).
 // PostAtomicPoll posts a fetch-and-add (fadd) or compare-and-swap like
 // PostFetchAdd and PostCompareSwap, then polls cq once into wcs, in one call
 // to C. It returns the number of completions polled.
@@ -482,6 +480,8 @@ func (qp *QP) PostReadPoll(wrID uint64, l Local, raddr uint64, rkey uint32, flag
 	return postSendPoll(qp.p, wrID, opRead, flags, l, raddr, rkey, 0, 0, cq.p, wcs)
 }
 
+// PostFetchAdd posts an 8-byte atomic fetch-and-add at raddr (8-byte
+// aligned); the old value lands in l (8 bytes).
 func (qp *QP) PostFetchAdd(wrID uint64, l Local, raddr uint64, rkey uint32, add uint64, flags SendFlags) error {
 	return postSend(qp.p, wrID, opFetchAdd, flags, l, raddr, rkey, add, 0, 0)
 }
