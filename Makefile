@@ -17,7 +17,7 @@ deps:
 tools: deps
 	@mkdir -p $(BIN)
 	$(GO) build -o $(RXEVM) ./test/rxevm
-	$(GO) build -o $(BIN)/ ./cmd/rmarun ./examples/...
+	$(GO) build -o $(BIN)/ ./cmd/rmarun ./cmd/rmainfo ./examples/...
 
 test: deps unit nocgo fuzz integration
 

@@ -200,7 +200,7 @@ func DefaultGIDIndex(table []GIDEntry) (int, error) {
 // DeviceAttr holds what ibv_query_device reports that this library uses.
 type DeviceAttr struct {
 	FirmwareVersion string
-	NodeGUID        uint64
+	NodeGUID        uint64 // as ibv_devinfo prints it
 	VendorID        uint32
 	VendorPartID    uint32
 	MaxMRSize       uint64

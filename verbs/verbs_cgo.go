@@ -246,6 +246,7 @@ static int go_post_recv(struct ibv_qp *qp, uint64_t wr_id, uint64_t laddr, uint3
 import "C"
 
 import (
+	"encoding/binary"
 	"fmt"
 	"syscall"
 	"unsafe"
@@ -314,7 +315,7 @@ func queryDevice(p unsafe.Pointer) (DeviceAttr, error) {
 	}
 	return DeviceAttr{
 		FirmwareVersion: C.GoString(&a.fw_ver[0]),
-		NodeGUID:        uint64(a.node_guid),
+		NodeGUID:        binary.BigEndian.Uint64((*[8]byte)(unsafe.Pointer(&a.node_guid))[:]), // __be64
 		VendorID:        uint32(a.vendor_id),
 		VendorPartID:    uint32(a.vendor_part_id),
 		MaxMRSize:       uint64(a.max_mr_size),
