@@ -198,20 +198,27 @@ func (g *Group) PortAttr() verbs.PortAttr     { return g.fab.PortAttr }
 // (nil), or why they are not used.
 func (g *Group) NICAtomics() error { return g.probeErr }
 
-// Barrier returns when every rank has called it.
+// Barrier returns when every rank has called it. It also orders this
+// process's loads and stores of its window memory with the engine that
+// applies other ranks' accumulates to it: what the engine applied before
+// the barrier is visible after it, and stores made before it are seen by
+// what the engine applies after it.
 func (g *Group) Barrier(ctx context.Context) error {
 	if err := g.boot.Barrier(ctx); err != nil {
 		return fmt.Errorf("group: barrier: %w", err)
 	}
+	g.fab.SyncEngine()
 	return nil
 }
 
-// AllGather gives every rank the bytes of every rank, indexed by rank.
+// AllGather gives every rank the bytes of every rank, indexed by rank. It
+// orders window memory accesses with the engine as Barrier does.
 func (g *Group) AllGather(ctx context.Context, mine []byte) ([][]byte, error) {
 	all, err := g.boot.AllGather(ctx, mine)
 	if err != nil {
 		return nil, fmt.Errorf("group: all-gather: %w", err)
 	}
+	g.fab.SyncEngine()
 	return all, nil
 }
 

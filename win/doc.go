@@ -32,6 +32,18 @@
 // each rank's memory and are driven by NIC atomics only: the target's CPU
 // takes no part, and a waiting writer holds off new readers.
 //
+// # Local memory
+//
+// A rank may load and store its own window memory (Bytes, or the memory
+// given to Create, CreateSlice and Attach) as MPI allows for the window's
+// local copy: the updates other ranks made and completed before a
+// synchronisation are visible after it, and stores made before it are seen
+// by their accesses after it. The synchronising calls are Fence, Free, the
+// group's Barrier and AllGather, Lock and Unlock of the own rank, LockAll and UnlockAll,
+// Post, Wait, a Test that returns true, and Sync. Each also orders the
+// caller with the goroutine that applies active messages, so these loads
+// and stores are not data races in Go's memory model.
+//
 // # Routing
 //
 // NIC atomics are atomic only among themselves on most devices, so a

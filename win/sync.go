@@ -116,6 +116,13 @@ func (w *Window) Fence(ctx context.Context, a Assert) error {
 	return nil
 }
 
+// syncLocal orders this goroutine's loads and stores of the local window
+// memory with the engine's updates (see fabric.SyncEngine). The calls that
+// end or begin an epoch exposing this rank's memory make it: Fence and
+// Free (through the group's barrier), Lock and Unlock of this rank, LockAll
+// and UnlockAll, Post, Wait and a true Test, and Sync.
+func (w *Window) syncLocal() { w.f.SyncEngine() }
+
 // backoff waits a little longer each time it is called in a poll loop.
 func backoff(ctx context.Context, i int) error {
 	if i < 16 {
@@ -271,6 +278,9 @@ func (w *Window) Lock(ctx context.Context, lt LockType, target int, a Assert) er
 		bit |= accNoCheck
 	}
 	w.ep.access[target].Store(bit)
+	if target == w.g.Rank() {
+		w.syncLocal()
+	}
 	return nil
 }
 
@@ -285,6 +295,9 @@ func (w *Window) Unlock(ctx context.Context, target int) error {
 	bits := w.ep.access[target].Load()
 	if bits&(accShared|accExclusive) == 0 {
 		return fmt.Errorf("%w: Unlock of rank %d without Lock", ErrEpoch, target)
+	}
+	if target == w.g.Rank() {
+		w.syncLocal()
 	}
 	if err := w.flush(ctx, target); err != nil {
 		return err
@@ -321,6 +334,7 @@ func (w *Window) LockAll(ctx context.Context) error {
 		}
 	}
 	w.ep.lockAll.Store(true)
+	w.syncLocal()
 	return nil
 }
 
@@ -332,6 +346,7 @@ func (w *Window) UnlockAll(ctx context.Context) error {
 	if !w.ep.lockAll.Load() {
 		return fmt.Errorf("%w: UnlockAll without LockAll", ErrEpoch)
 	}
+	w.syncLocal()
 	if err := w.flushAll(ctx); err != nil {
 		return err
 	}
@@ -402,13 +417,15 @@ func (w *Window) FlushLocalAll(ctx context.Context) error { return w.FlushAll(ct
 
 // Sync makes this rank's loads and stores to its window memory and the
 // RMA updates it has seen consistent with each other (MPI_Win_sync): a full
-// memory barrier.
+// memory barrier, and a synchronisation with the goroutine that applies
+// other ranks' active messages.
 func (w *Window) Sync() error {
 	if w.freed.Load() {
 		return ErrFreed
 	}
 	var x atomic.Uint64
 	x.Add(1) // a locked instruction: a full fence on every platform Go supports
+	w.syncLocal()
 	return nil
 }
 
@@ -426,6 +443,7 @@ func (w *Window) Post(ctx context.Context, origins []int, a Assert) error {
 	if err := w.checkGroup(origins); err != nil {
 		return err
 	}
+	w.syncLocal()
 	me := uint64(w.g.Rank())
 	for _, o := range origins {
 		t := &w.remote[o]
@@ -533,6 +551,7 @@ func (w *Window) Test() (bool, error) {
 }
 
 func (w *Window) endExposure() {
+	w.syncLocal()
 	for _, o := range w.ep.exposeGroup {
 		w.ep.waited[o]++
 	}

@@ -279,7 +279,7 @@ func (w *Window) Free(ctx context.Context) error {
 
 // Bytes is this rank's window memory (nil for a dynamic window). Local
 // loads and stores on it follow MPI's rules for the window's local copy:
-// synchronise with the epoch calls.
+// synchronise with the epoch calls (see "Local memory" in the package doc).
 func (w *Window) Bytes() []byte { return w.mem[:w.size:w.size] }
 
 // Size is this rank's window size in bytes; DispUnit its displacement unit.

@@ -365,6 +365,15 @@ func (f *Fabric) Send(rank, c, n int) error {
 	return err
 }
 
+// SyncEngine orders the caller's accesses to local memory with the
+// handlers': everything a handler did before the call happens before the
+// caller's later accesses, and the caller's earlier accesses happen before
+// every handler that runs after it (handlers run under recvMu).
+func (f *Fabric) SyncEngine() {
+	f.m.recvMu.Lock()
+	f.m.recvMu.Unlock()
+}
+
 // Release gives back a credit that was acquired but not sent.
 func (f *Fabric) Release(rank, c int) { f.releaseCredit(rank, c) }
 
