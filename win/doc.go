@@ -39,10 +39,10 @@
 // local copy: the updates other ranks made and completed before a
 // synchronisation are visible after it, and stores made before it are seen
 // by their accesses after it. The synchronising calls are Fence, Free, the
-// group's Barrier and AllGather, Lock and Unlock of the own rank, LockAll and UnlockAll,
-// Post, Wait, a Test that returns true, and Sync. Each also orders the
-// caller with the goroutine that applies active messages, so these loads
-// and stores are not data races in Go's memory model.
+// group's Barrier and AllGather, Lock and Unlock of the own rank, LockAll
+// and UnlockAll, Post, Wait, a Test that returns true, and Sync. Each also
+// orders the caller with the goroutine that applies active messages, so
+// these loads and stores are not data races in Go's memory model.
 //
 // # Routing
 //

@@ -118,9 +118,9 @@ func (w *Window) Fence(ctx context.Context, a Assert) error {
 
 // syncLocal orders this goroutine's loads and stores of the local window
 // memory with the engine's updates (see fabric.SyncEngine). The calls that
-// end or begin an epoch exposing this rank's memory make it: Fence and
-// Free (through the group's barrier), Lock and Unlock of this rank, LockAll
-// and UnlockAll, Post, Wait and a true Test, and Sync.
+// end or begin an epoch exposing this rank's memory make it: Lock and
+// Unlock of this rank, LockAll and UnlockAll, Post, Wait and a true Test,
+// and Sync; Fence and Free do through the group's barrier.
 func (w *Window) syncLocal() { w.f.SyncEngine() }
 
 // backoff waits a little longer each time it is called in a poll loop.
