@@ -440,7 +440,7 @@ func (r *Report) print(out io.Writer) {
 				if o.Error != "" {
 					status = "FAILED: " + o.Error
 				}
-				fmt.Fprintf(out, "    %-30s %-18s %6d x  median %8.2f us  %s\n", o.Name, o.Route, o.Iterations, o.MedianUS, status)
+				fmt.Fprintf(out, "    %-30s %-20s %6d x  median %8.2f us  %s\n", o.Name, o.Route, o.Iterations, o.MedianUS, status)
 			}
 		}
 	}
