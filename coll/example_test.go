@@ -13,12 +13,7 @@ import (
 // reduction in rank order with a non-commutative user-defined op.
 func Example() {
 	ctx := context.Background()
-	opts, err := group.FromEnv() // RMA_RANK, RMA_SIZE, RMA_ADDR, RMA_SECRET
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	g, err := group.Join(ctx, opts)
+	g, err := group.JoinEnv(ctx) // RMA_RANK, RMA_SIZE, RMA_ADDR, RMA_SECRET
 	if err != nil {
 		fmt.Println(err)
 		return

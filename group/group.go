@@ -181,6 +181,16 @@ func (g *Group) probe(ctx context.Context) error {
 	})
 }
 
+// JoinEnv joins the group the environment describes: Join with the
+// options FromEnv reads (set by rmarun, mpirun or srun).
+func JoinEnv(ctx context.Context) (*Group, error) {
+	o, err := FromEnv()
+	if err != nil {
+		return nil, err
+	}
+	return Join(ctx, o)
+}
+
 // Rank is this process's rank, from 0.
 func (g *Group) Rank() int { return g.boot.Rank() }
 

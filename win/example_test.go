@@ -18,11 +18,7 @@ import (
 func Example_counter() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	opts, err := group.FromEnv()
-	if err != nil {
-		log.Fatal(err)
-	}
-	g, err := group.Join(ctx, opts)
+	g, err := group.JoinEnv(ctx)
 	if err != nil {
 		log.Fatal(err)
 	}

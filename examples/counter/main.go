@@ -31,11 +31,7 @@ func main() {
 func run(iters int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	opts, err := group.FromEnv()
-	if err != nil {
-		return err
-	}
-	g, err := group.Join(ctx, opts)
+	g, err := group.JoinEnv(ctx) // RMA_RANK, RMA_SIZE, RMA_ADDR, RMA_SECRET (rmarun sets them)
 	if err != nil {
 		return err
 	}

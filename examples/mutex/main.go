@@ -138,11 +138,7 @@ func (b *backoff) wait() {
 func run(k int, kind string, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	opts, err := group.FromEnv()
-	if err != nil {
-		return err
-	}
-	g, err := group.Join(ctx, opts)
+	g, err := group.JoinEnv(ctx) // RMA_RANK, RMA_SIZE, RMA_ADDR, RMA_SECRET (rmarun sets them)
 	if err != nil {
 		return err
 	}
