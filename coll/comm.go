@@ -232,7 +232,8 @@ func (m *winMemory) putWord(ctx context.Context, v uint64, peer, off int) error 
 }
 
 func (m *winMemory) alive(peer int) error {
-	return m.w.Group().Fabric().PeerErr(peer)
+	g := m.w.Group()
+	return g.Fabric().PeerErr(g.FabricRank(peer))
 }
 
 func (m *winMemory) close(ctx context.Context) error {

@@ -11,6 +11,13 @@
 // memory). The TCP connections stay for out-of-band barriers and
 // all-gathers, used when windows are created and freed.
 //
+// Split divides a group into subgroups (MPI_Comm_split), collectively over
+// the group. A subgroup reuses its parent's RDMA connections, engine and
+// failure detection; it has its own out-of-band connections for its
+// collectives, so that windows on it (and their creation, fences and Free)
+// involve its ranks only. FabricRank translates its ranks into the ranks
+// of the connections.
+//
 // Errors: ErrAuth (secret missing or rejected), ErrRankTaken, ErrConfig,
 // and the verbs errors (verbs.ErrNoDevice, verbs.ErrNotSupported) when the
 // RDMA device cannot be used.

@@ -55,13 +55,21 @@ type Options struct {
 	// round trip.
 	EngineSpin, ReplySpin time.Duration
 	// PeerTimeout is how long a peer may stay silent before calls to it
-	// fail with an error matching verbs.ErrPeerLost (0 = 1 s).
+	// fail with an error matching verbs.ErrPeerLost (0 = 1 s). A connection
+	// that fails without its peer dying (a remote access error, say) is
+	// re-established on both sides; if that takes longer than twice the
+	// peer timeout plus a second, the peer is deemed lost.
 	PeerTimeout time.Duration
+	// Slots bounds the RDMA work requests in flight per process (0 = 256);
+	// Chunks is the number of 64 KiB staging buffers that large transfers
+	// go through (0 = 32). Calls beyond them wait for one to free.
+	Slots, Chunks int
 }
 
 // FromEnv reads the group's identity from the environment: RMA_RANK,
 // RMA_SIZE, RMA_ADDR, RMA_SECRET, or the rank and size that mpirun (Open MPI,
-// MPICH) and srun set; and RMA_DEVICE, RMA_PORT, RMA_GID_INDEX, RMA_SPIN, RMA_ENGINE_SPIN, RMA_REPLY_SPIN, RMA_PEER_TIMEOUT.
+// MPICH) and srun set; and RMA_DEVICE, RMA_PORT, RMA_GID_INDEX, RMA_SPIN, RMA_ENGINE_SPIN, RMA_REPLY_SPIN, RMA_PEER_TIMEOUT,
+// RMA_SLOTS, RMA_CHUNKS.
 func FromEnv() (Options, error) {
 	cfg, err := bootstrap.ConfigFromEnv()
 	if err != nil {
@@ -93,6 +101,16 @@ func FromEnv() (Options, error) {
 			return o, fmt.Errorf("group: %w: RMA_PEER_TIMEOUT=%q is not a positive duration", ErrConfig, v)
 		}
 	}
+	for _, n := range []struct {
+		name string
+		to   *int
+	}{{"RMA_SLOTS", &o.Slots}, {"RMA_CHUNKS", &o.Chunks}} {
+		if v := os.Getenv(n.name); v != "" {
+			if *n.to, err = strconv.Atoi(v); err != nil || *n.to <= 0 || *n.to > 1<<20 {
+				return o, fmt.Errorf("group: %w: %s=%q is not a count from 1 to 1048576", ErrConfig, n.name, v)
+			}
+		}
+	}
 	if v := os.Getenv("RMA_GID_INDEX"); v != "" {
 		if o.GIDIndex, err = strconv.Atoi(v); err != nil {
 			return o, fmt.Errorf("group: %w: RMA_GID_INDEX=%q", ErrConfig, v)
@@ -114,6 +132,12 @@ type Group struct {
 	client   *fallback.Client // our accumulates in flight
 	windows  atomic.Uint32    // window ids handed out, in creation order
 	live     *liveness
+
+	secret []byte         // the bootstrap's, from which subgroups derive theirs
+	splits *atomic.Uint32 // subgroup serial numbers used by this process
+	serial uint32         // this group's (0 for one formed by Join)
+	parent *Group         // the group Split made this one from
+	world  []int          // rank -> rank in fab (nil: the same)
 }
 
 // Join forms the group: rank 0 listens on Addr, the others join it and
@@ -134,16 +158,26 @@ func Join(ctx context.Context, o Options) (*Group, error) {
 	}
 	fab, err := fabric.New(ctx, o.Rank, o.Size, boot, fabric.Options{
 		Device: dev, Port: o.Port, GIDIndex: gid, MTU: o.MTU, Spin: o.Spin, PeerTimeout: o.PeerTimeout,
-		EngineSpin: o.EngineSpin, ReplySpin: o.ReplySpin,
+		EngineSpin: o.EngineSpin, ReplySpin: o.ReplySpin, Slots: o.Slots, Chunks: o.Chunks,
 	})
 	if err != nil {
 		boot.Close()
 		return nil, fmt.Errorf("group: rank %d: %w", o.Rank, err)
 	}
-	g := &Group{boot: boot, fab: fab, target: fallback.NewTarget(), client: fallback.NewClient(o.Size, fab.Credits())}
+	g := &Group{boot: boot, fab: fab, target: fallback.NewTarget(), client: fallback.NewClient(o.Size, fab.Credits()),
+		secret: o.Secret, splits: new(atomic.Uint32)}
 	fab.StartMessaging(fabric.Handlers{
 		Request: func(_ int, req, reply []byte) []byte { return g.target.Handle(req, reply) },
 		Reply:   g.client.OnReply,
+		// A request lost with a failed connection ends its operation
+		// with the error, as an error reply would.
+		Fail: func(rank, credit int, err error) {
+			call := g.client.Slot(rank, credit)
+			if op := call.Op; op != nil {
+				call.Op = nil
+				op.Abort(err)
+			}
+		},
 	})
 	g.probeErr = g.probe(ctx)
 	if err := g.startLiveness(ctx); err != nil {
@@ -242,10 +276,24 @@ func (g *Group) Engine() (*fallback.Target, *fallback.Client) { return g.target,
 
 // NextWindowID hands out window ids; windows are created collectively in
 // the same order on every rank, so every rank gives a window the same id.
-func (g *Group) NextWindowID() uint32 { return g.windows.Add(1) }
+// The ids of a subgroup's windows carry the subgroup's serial number, so
+// they differ from those of every other group of the process.
+func (g *Group) NextWindowID() uint32 {
+	const mask = 1<<windowBits - 1
+	n := g.windows.Add(1)
+	for n&mask == 0 {
+		n = g.windows.Add(1)
+	}
+	return g.serial<<windowBits | n&mask
+}
 
-// Close releases the group's connections. Windows must be freed first.
+// Close releases the group's connections. Windows must be freed first, and
+// subgroups made by Split closed; closing a subgroup closes only its own
+// bootstrap connections.
 func (g *Group) Close() error {
+	if g.parent != nil {
+		return g.boot.Close()
+	}
 	g.live.close()
 	return errors.Join(g.fab.Close(), g.boot.Close())
 }

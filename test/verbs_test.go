@@ -198,10 +198,11 @@ func TestVerbsNoAtomicRight(t *testing.T) {
 	}
 }
 
-// TestVerbsDeadPeer: a WRITE to a QP that no longer exists may never
-// complete (Soft-RoCE does not time it out); moving the QP to the error
+// TestVerbsDeadPeer: a WRITE to a QP that no longer exists completes only
+// when the transport's retries run out (never, with a retry count of 7 on
+// Soft-RoCE, which treats 7 as "retry forever"); moving the QP to the error
 // state, as the fabric does when a peer's process is found gone, completes
-// it with ErrFlushed.
+// it with ErrFlushed at once.
 func TestVerbsDeadPeer(t *testing.T) {
 	l := newLoopback(t, verbs.AccessRemoteRead|verbs.AccessRemoteWrite)
 	l.b.Close()

@@ -193,6 +193,14 @@ type CompChannel struct {
 	f  *os.File // a dup of the channel's descriptor, registered with the poller
 	rc syscall.RawConn
 	tr tracked
+	// woken: Wake was called and no Wait has returned for it yet; the
+	// descriptor's read deadline is then in the past (under mu).
+	mu    sync.Mutex
+	woken bool
+	// ready is what Wait hands the poller, made once so that a Wait
+	// allocates nothing; it leaves getCQEvent's error in readErr.
+	ready   func(uintptr) bool
+	readErr error
 }
 
 // CreateCompChannel creates a completion channel.
@@ -218,15 +226,26 @@ func (c *Context) CreateCompChannel() (*CompChannel, error) {
 		return nil, fmt.Errorf("verbs: completion channel: %w", err)
 	}
 	ch := &CompChannel{p: p, f: f, rc: rc}
+	ch.ready = func(uintptr) bool {
+		var got bool
+		got, ch.readErr = getCQEvent(ch.p)
+		return got || ch.readErr != nil
+	}
 	ch.tr.track("completion channel")
 	return ch, nil
 }
 
-// Wait blocks until the channel delivers an event (which it acknowledges), or
-// ctx ends. Re-arm the CQ with ReqNotify before waiting.
+// Wait blocks until the channel delivers an event (which it acknowledges),
+// Wake is called, or ctx ends. Re-arm the CQ with ReqNotify before waiting.
+// It returns nil for an event or a wake-up. One goroutine at a time may
+// wait on a channel. Given a context that cannot end (Done is nil), it
+// allocates nothing: a waiter that has another way to be stopped uses Wake.
 func (ch *CompChannel) Wait(ctx context.Context) error {
 	if ch == nil || ch.p == nil {
 		return ErrClosed
+	}
+	if ch.consumeWake() {
+		return nil
 	}
 	if got, err := getCQEvent(ch.p); got || err != nil {
 		return err
@@ -239,22 +258,47 @@ func (ch *CompChannel) Wait(ctx context.Context) error {
 			}
 		}()
 	}
-	var gerr error
-	err := ch.rc.Read(func(uintptr) bool {
-		var got bool
-		got, gerr = getCQEvent(ch.p)
-		return got || gerr != nil
-	})
-	if gerr != nil {
+	ch.readErr = nil
+	err := ch.rc.Read(ch.ready)
+	if gerr := ch.readErr; gerr != nil {
 		return gerr
 	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		if ch.consumeWake() {
+			return nil
+		}
 		return fmt.Errorf("verbs: wait for completion event: %w", err)
 	}
 	return nil
+}
+
+// Wake makes the Wait in progress return nil at once, or, if none is in
+// progress, the next one. It is safe to call from any goroutine, at any
+// time before Close. A process waiting for something other than a
+// completion (a resource another goroutine frees) uses it to stop sleeping.
+func (ch *CompChannel) Wake() {
+	ch.mu.Lock()
+	if ch.p != nil && !ch.woken {
+		ch.woken = true
+		ch.f.SetReadDeadline(time.Unix(1, 0))
+	}
+	ch.mu.Unlock()
+}
+
+// consumeWake reports whether Wake was called since the last Wait that
+// saw it, and clears it.
+func (ch *CompChannel) consumeWake() bool {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if !ch.woken {
+		return false
+	}
+	ch.woken = false
+	ch.f.SetReadDeadline(time.Time{})
+	return true
 }
 
 // Close destroys the channel. Its CQs must be closed first.
@@ -262,9 +306,11 @@ func (ch *CompChannel) Close() error {
 	if ch == nil || ch.p == nil {
 		return ErrClosed
 	}
+	ch.mu.Lock()
 	ch.f.Close()
 	err := destroyCompChannel(ch.p)
 	ch.p = nil
+	ch.mu.Unlock()
 	ch.tr.untrack()
 	return err
 }

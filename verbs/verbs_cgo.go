@@ -274,6 +274,11 @@ func errnoErr(op string, e C.int) error {
 	if errno == syscall.ENOMEM {
 		return fmt.Errorf("verbs: %s: %w (%w)", op, ErrQueueFull, errno)
 	}
+	if errno == syscall.EINVAL {
+		// A work request the provider refuses: a misaligned atomic on
+		// Soft-RoCE, for one, is refused when posted.
+		return fmt.Errorf("verbs: %s: %w (%w)", op, ErrInvalid, errno)
+	}
 	if errno == syscall.EOPNOTSUPP || errno == syscall.ENOSYS {
 		return fmt.Errorf("verbs: %s: %w (%w)", op, ErrNotSupported, errno)
 	}

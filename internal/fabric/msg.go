@@ -19,6 +19,12 @@ import (
 // start: (size+1) * 2*Credits receive buffers + size * 2*Credits request and
 // reply buffers, all MsgSize bytes.
 //
+// A receive is posted on a connection (conn) and tagged with its id in the
+// high half of the work request id: a completion of a connection since
+// replaced is recognised and ignored, and a message that arrived on it is
+// dropped (its sender was told the request failed). Replies go back on the
+// connection the request came in on.
+//
 // Receive completions arrive on their own CQ. The engine goroutine polls it,
 // spins a little when work arrives, and sleeps on its completion channel
 // when idle; a goroutine waiting for a reply polls it too, so a reply does
@@ -35,10 +41,15 @@ type Handlers struct {
 	// Reply receives the reply to the request that used credit, unless its
 	// waiter gave up (Wait returned a context error).
 	Reply func(rank, credit int, reply []byte)
+	// Fail reports that the request that used credit will get no reply:
+	// the connection it was sent on failed. Like Reply, it is called with
+	// the credit still held, from one goroutine at a time.
+	Fail func(rank, credit int, err error)
 }
 
 type credit struct {
 	state atomic.Uint32 // slotFree, slotReserved (acquired), slotBusy (sent)
+	conn  *conn         // the connection it was sent on (while slotBusy)
 }
 
 type msgPeer struct {
@@ -47,9 +58,12 @@ type msgPeer struct {
 	wake    chan struct{} // a credit was released
 }
 
+// recvBuf is one receive buffer: for rank, on its connection's QP (side
+// 0) or, for the own rank, on the loopback pair's responder half (side 1).
 type recvBuf struct {
-	qp   *verbs.QP
 	rank int
+	side int
+	conn *conn // the connection it is posted on, or nil (under recvMu)
 }
 
 type messaging struct {
@@ -90,6 +104,15 @@ func (f *Fabric) initMessaging(credits, size int) (err error) {
 	if m.mr, err = f.pd.RegisterMR(m.mem, verbs.AccessLocalWrite); err != nil {
 		return err
 	}
+	m.bufs = make([]recvBuf, 0, nrecv)
+	for r := 0; r < f.size; r++ {
+		for i := 0; i < 2*credits; i++ {
+			m.bufs = append(m.bufs, recvBuf{rank: r})
+		}
+	}
+	for i := 0; i < 2*credits; i++ {
+		m.bufs = append(m.bufs, recvBuf{rank: f.rank, side: 1})
+	}
 	m.peers = make([]msgPeer, f.size)
 	for r := range m.peers {
 		p := &m.peers[r]
@@ -103,32 +126,56 @@ func (f *Fabric) initMessaging(credits, size int) (err error) {
 	return nil
 }
 
-// postReceives posts 2*credits receives on every QP, including the
-// responder half of the loopback pair.
-func (f *Fabric) postReceives() error {
+// postReceives posts, on c, every receive buffer of rank not posted on it
+// yet (2*credits per QP, both halves of the loopback pair); recvMu is held.
+// Buffers still posted on a retired connection of rank are taken back: its
+// QP is in the error state, so nothing lands in them any more.
+func (f *Fabric) postReceives(rank int, c *conn) error {
 	m := &f.m
-	post := func(qp *verbs.QP, rank int) error {
-		for i := 0; i < 2*m.credits; i++ {
-			id := len(m.bufs)
-			m.bufs = append(m.bufs, recvBuf{qp: qp, rank: rank})
-			if err := qp.PostRecv(uint64(id), m.mr.Local(id*m.size, m.size)); err != nil {
-				return err
-			}
-		}
-		return nil
+	n := 2 * m.credits
+	if err := f.postRange(rank*n, n, c); err != nil {
+		return err
 	}
-	for r := range f.peers {
-		if err := post(f.peers[r].qp, r); err != nil {
+	if rank == f.rank {
+		return f.postRange(f.size*n, n, c)
+	}
+	return nil
+}
+
+func (f *Fabric) postRange(first, n int, c *conn) error {
+	for id := first; id < first+n; id++ {
+		if f.m.bufs[id].conn == c {
+			continue
+		}
+		if err := f.postRecv(id, c); err != nil {
 			return err
 		}
 	}
-	return post(f.selfB, f.rank)
+	return nil
+}
+
+// postRecv posts receive buffer id on c; recvMu is held.
+func (f *Fabric) postRecv(id int, c *conn) error {
+	m := &f.m
+	b := &m.bufs[id]
+	qp := c.qp
+	if b.side == 1 {
+		qp = c.resp
+	}
+	b.conn = c
+	if err := qp.PostRecv(uint64(id)|uint64(c.id)<<32, m.mr.Local(id*m.size, m.size)); err != nil {
+		b.conn = nil
+		return err
+	}
+	return nil
 }
 
 // StartMessaging installs the handlers and starts the engine goroutine.
 func (f *Fabric) StartMessaging(h Handlers) {
 	m := &f.m
+	m.recvMu.Lock()
 	m.h = h
+	m.recvMu.Unlock()
 	ctx, cancel := context.WithCancel(context.Background())
 	m.stop, m.done, m.started = cancel, make(chan struct{}), true
 	go f.engine(ctx)
@@ -139,6 +186,7 @@ func (f *Fabric) stopEngine() {
 	m := &f.m
 	if m.started {
 		m.stop()
+		m.ch.Wake()
 		<-m.done
 		m.started = false
 	}
@@ -221,7 +269,9 @@ func (f *Fabric) engine(ctx context.Context) {
 			stamp = true
 			continue
 		}
-		if err := m.ch.Wait(ctx); err != nil && ctx.Err() == nil {
+		// No context to Wait (whose cancellation would cost allocations
+		// on every sleep): stopEngine wakes the channel.
+		if err := m.ch.Wait(context.Background()); err != nil && ctx.Err() == nil {
 			time.Sleep(time.Millisecond)
 		}
 	}
@@ -236,72 +286,108 @@ func (f *Fabric) pollRecvLocked() int {
 	}
 	for i := 0; i < n; i++ {
 		wc := &m.wcs[i]
-		id := int(wc.WRID)
+		id := int(uint32(wc.WRID))
 		if id >= len(m.bufs) {
 			continue
 		}
-		if wc.Status != verbs.WCSuccess {
-			continue // flushed or failed: the QP is broken and not reposted
+		b := &m.bufs[id]
+		c := b.conn
+		if c == nil || c.id != uint32(wc.WRID>>32) {
+			continue // posted on a connection since replaced, and taken back
 		}
-		b := m.bufs[id]
+		b.conn = nil
+		if wc.Status != verbs.WCSuccess {
+			// Flushed: the QP is in the error state.
+			if !c.retired.Load() {
+				f.fault(c)
+			}
+			continue
+		}
+		if c.retired.Load() {
+			continue // its sender learns that the request failed
+		}
 		data := m.mem[id*m.size : id*m.size+int(min(wc.ByteLen, uint32(m.size)))]
 		if wc.Imm&replyFlag != 0 {
-			f.onReply(b.rank, int(wc.Imm&0xffff), data)
+			f.onReply(b.rank, c, int(wc.Imm&0xffff), data)
 		} else {
 			m.requests++
-			f.onRequest(b, int(wc.Imm&0xffff), data)
+			f.onRequest(b, c, int(wc.Imm&0xffff), data)
 		}
-		// The buffer is free again once its message is handled.
-		b.qp.PostRecv(uint64(id), m.mr.Local(id*m.size, m.size))
+		// The buffer is free again once its message is handled. (c cannot
+		// have been retired meanwhile: that takes recvMu.)
+		if err := f.postRecv(id, c); err != nil {
+			f.fault(c)
+		}
 	}
 	return n
 }
 
-func (f *Fabric) onRequest(b recvBuf, c int, req []byte) {
+// onRequest serves a request that came in on c and sends the reply back on
+// it; recvMu is held, so c stays in use meanwhile. A reply that cannot be
+// sent (no slot within the peer timeout, or the post refused) fails the
+// connection, so that the requester learns its request failed instead of
+// waiting for ever.
+func (f *Fabric) onRequest(b *recvBuf, c *conn, credit int, req []byte) {
 	m := &f.m
-	if c >= m.credits || m.h.Request == nil {
+	if credit >= m.credits || m.h.Request == nil {
 		return // not a request a conforming origin sends: drop it
 	}
-	off := m.repOff + (b.rank*m.credits+c)*m.size
+	off := m.repOff + (b.rank*m.credits+credit)*m.size
 	reply := m.h.Request(b.rank, req, m.mem[off:off:off+m.size])
-	imm := uint32(replyFlag | c)
-	// Reply on the QP the request came in on.
-	id, err := f.acquireSlot(context.Background(), b.rank, true)
+	imm := uint32(replyFlag | credit)
+	id, err := f.acquireSlotWithin(b.rank, true)
 	if err != nil {
+		f.fault(c)
 		return
 	}
+	f.slots[id].msg = true
+	qp := c.qp
+	if b.side == 1 {
+		qp = c.resp
+	}
 	p := &f.peers[b.rank]
-	p.posted.Add(1)
+	f.posting(id, p, c)
 	if len(reply) <= f.maxInline {
-		err = b.qp.PostSendInlineImm(uint64(id), reply, imm, verbs.SendSignaled)
+		err = qp.PostSendInlineImm(uint64(id), reply, imm, verbs.SendSignaled)
 	} else {
-		err = b.qp.PostSendImm(uint64(id), m.mr.Local(off, len(reply)), imm, verbs.SendSignaled)
+		err = qp.PostSendImm(uint64(id), m.mr.Local(off, len(reply)), imm, verbs.SendSignaled)
 	}
 	if err != nil {
-		p.completed.Add(1)
-		f.releaseSlot(id)
+		f.unpost(id, p, c)
+		f.fault(c)
 	}
 }
 
-func (f *Fabric) onReply(rank, c int, reply []byte) {
+// onReply hands the reply that came in on c to Handlers.Reply; recvMu is
+// held.
+func (f *Fabric) onReply(rank int, c *conn, credit int, reply []byte) {
 	m := &f.m
-	if c >= m.credits {
+	if credit >= m.credits {
 		return
 	}
 	p := &m.peers[rank]
-	cr := &p.credits[c]
-	if cr.state.Load() != slotBusy {
-		return // not a request in flight: a stray or duplicate reply
+	cr := &p.credits[credit]
+	if cr.state.Load() != slotBusy || cr.conn != c {
+		return // not a request in flight on c: a stray or duplicate reply
 	}
 	if m.h.Reply != nil {
-		m.h.Reply(rank, c, reply)
+		m.h.Reply(rank, credit, reply)
 	}
-	f.releaseCredit(rank, c)
+	cr.conn = nil
+	if cr.state.CompareAndSwap(slotBusy, slotFree) {
+		f.putCredit(rank, credit)
+	}
 }
 
+// releaseCredit frees a credit taken by Acquire and not sent.
 func (f *Fabric) releaseCredit(rank, c int) {
+	f.m.peers[rank].credits[c].state.Store(slotFree)
+	f.putCredit(rank, c)
+}
+
+// putCredit makes a free credit available again.
+func (f *Fabric) putCredit(rank, c int) {
 	p := &f.m.peers[rank]
-	p.credits[c].state.Store(slotFree)
 	p.free <- uint16(c)
 	select {
 	case p.wake <- struct{}{}:
@@ -335,33 +421,47 @@ func (f *Fabric) Acquire(ctx context.Context, rank int) (int, []byte, error) {
 }
 
 // Send posts the request of n bytes built in credit's buffer. The credit
-// is released when its reply has been handed to Handlers.Reply.
+// is released when its reply has been handed to Handlers.Reply, or its
+// failure to Handlers.Fail. If the connection to rank is being
+// re-established, Send waits for it (at most ReconnectTimeout).
 func (f *Fabric) Send(rank, c, n int) error {
 	m := &f.m
 	if err := f.peerErr(rank); err != nil {
 		f.releaseCredit(rank, c)
 		return err
 	}
-	cr := &m.peers[rank].credits[c]
-	cr.state.Store(slotBusy) // publishes the caller's records of the request to the reply handler
-	off := m.reqOff + (rank*m.credits+c)*m.size
-	id, err := f.acquireSlot(context.Background(), rank, true)
+	id, err := f.acquireSlotWithin(rank, true)
 	if err != nil {
 		f.releaseCredit(rank, c)
 		return err
 	}
-	p := &f.peers[rank]
-	p.posted.Add(1)
-	if n <= f.maxInline {
-		err = p.qp.PostSendInlineImm(uint64(id), m.mem[off:off+n], uint32(c), verbs.SendSignaled)
-	} else {
-		err = p.qp.PostSendImm(uint64(id), m.mr.Local(off, n), uint32(c), verbs.SendSignaled)
-	}
+	f.slots[id].msg = true
+	cn, err := f.use(context.Background(), rank)
 	if err != nil {
-		p.completed.Add(1)
 		f.releaseSlot(id)
 		f.releaseCredit(rank, c)
+		return err
 	}
+	p := &f.peers[rank]
+	cr := &m.peers[rank].credits[c]
+	cr.conn = cn
+	cr.state.Store(slotBusy) // publishes the caller's records of the request to the reply handler
+	off := m.reqOff + (rank*m.credits+c)*m.size
+	f.posting(id, p, cn)
+	if n <= f.maxInline {
+		err = cn.qp.PostSendInlineImm(uint64(id), m.mem[off:off+n], uint32(c), verbs.SendSignaled)
+	} else {
+		err = cn.qp.PostSendImm(uint64(id), m.mr.Local(off, n), uint32(c), verbs.SendSignaled)
+	}
+	if err != nil {
+		f.unpost(id, p, cn)
+		// Still under the read lock: the manager cannot be failing it too.
+		if cr.state.CompareAndSwap(slotBusy, slotFree) {
+			cr.conn = nil
+			f.putCredit(rank, c)
+		}
+	}
+	p.qmu.RUnlock()
 	return err
 }
 

@@ -1,0 +1,190 @@
+package fabric
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/onesided/rma/verbs"
+)
+
+// Completion handling: no goroutine of its own. A waiting goroutine polls
+// the CQ for everyone (pollMu), spins for a while, then sleeps on the
+// completion channel; the others wait for it to hand them their
+// completion, or take over.
+
+// pollLocked polls one batch and dispatches it; pollMu is held.
+func (f *Fabric) pollLocked() int {
+	n, err := f.cq.Poll(f.wcs[:])
+	if err != nil {
+		return 0
+	}
+	return f.dispatchLocked(n)
+}
+
+// dispatchLocked handles the n completions in f.wcs; pollMu is held. It
+// takes no other lock.
+func (f *Fabric) dispatchLocked(n int) int {
+	for i := 0; i < n; i++ {
+		wc := &f.wcs[i]
+		id := uint32(wc.WRID)
+		if int(id) >= len(f.slots) {
+			continue
+		}
+		s := &f.slots[id]
+		p := &f.peers[s.peer]
+		if werr := wc.Err(); werr != nil {
+			s.err = f.completionErr(int(s.peer), s.conn, werr)
+		}
+		if s.conn != nil {
+			s.conn.completed.Add(1)
+		}
+		if s.async {
+			if s.err != nil && !s.msg {
+				p.mu.Lock()
+				if p.err == nil {
+					p.err = s.err
+				}
+				p.mu.Unlock()
+			}
+			p.completed.Add(1)
+			f.releaseSlot(id)
+			continue
+		}
+		p.completed.Add(1)
+		if !s.state.CompareAndSwap(slotBusy, slotDone) {
+			f.releaseSlot(id) // the waiter gave up
+			continue
+		}
+		if s.sleeping.Load() {
+			select {
+			case s.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+	return n
+}
+
+// completionErr is the error a failed completion on c, to rank, gives its
+// caller. The transport giving up means the peer is gone; anything else
+// left c in the error state, and the pair is re-established.
+func (f *Fabric) completionErr(rank int, c *conn, werr error) error {
+	if errors.Is(werr, verbs.ErrPeerLost) {
+		f.setLost(rank, werr)
+	}
+	if err := f.peerErr(rank); err != nil {
+		return err
+	}
+	f.fault(c)
+	if errors.Is(werr, verbs.ErrFlushed) {
+		return fmt.Errorf("fabric: rank %d: request cut short by a connection failure (the connection is re-established): %w", rank, werr)
+	}
+	return fmt.Errorf("fabric: rank %d: %w", rank, werr)
+}
+
+// progressUntil drives completions until done reports true or ctx ends.
+// s, if not nil, is the caller's slot, signalled when it completes.
+func (f *Fabric) progressUntil(ctx context.Context, done func() bool, s *slot) error {
+	var spinStart time.Time
+	empty := 0 // polls that found nothing; the clock is read every 64th
+	for i := 0; ; i++ {
+		if done() {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if f.pollMu.TryLock() {
+			n := f.pollLocked()
+			if n == 0 && !done() {
+				empty++
+				if empty&63 != 0 {
+					// keep polling: reading the clock can cost more than a poll
+				} else if spinStart.IsZero() {
+					spinStart = time.Now()
+				} else if time.Since(spinStart) > f.spin {
+					err := f.sleepLocked(ctx, done)
+					spinStart = time.Time{}
+					if err != nil {
+						f.pollMu.Unlock()
+						return err
+					}
+				}
+			} else {
+				spinStart, empty = time.Time{}, 0
+			}
+			f.pollMu.Unlock()
+			continue
+		}
+		// Another goroutine polls for everyone; wait to be woken or to take over.
+		if i < 64 {
+			runtime.Gosched()
+			continue
+		}
+		if s == nil {
+			if i < 4096 {
+				runtime.Gosched()
+			} else {
+				time.Sleep(50 * time.Microsecond)
+			}
+			continue
+		}
+		s.sleeping.Store(true)
+		s.slept = true
+		if done() {
+			s.sleeping.Store(false)
+			return nil
+		}
+		if s.timer == nil {
+			s.timer = time.NewTimer(time.Millisecond)
+		} else {
+			s.timer.Reset(time.Millisecond)
+		}
+		select {
+		case <-s.wake:
+		case <-s.timer.C:
+		case <-ctx.Done():
+		}
+		s.timer.Stop()
+		s.sleeping.Store(false)
+	}
+}
+
+// sleepLocked arms the CQ and sleeps on the channel until an event comes,
+// or a slot or chunk is freed (wakePoller), or ctx ends.
+func (f *Fabric) sleepLocked(ctx context.Context, done func() bool) error {
+	// Announce the sleep before the last look at done: whoever makes it
+	// true after that look sees the flag and wakes the channel.
+	f.sleeping.Store(true)
+	defer f.sleeping.Store(false)
+	if err := f.cq.ReqNotify(); err != nil {
+		return err
+	}
+	if f.pollLocked() > 0 || done() {
+		return nil
+	}
+	return f.ch.Wait(ctx)
+}
+
+// wait waits for a synchronous slot and releases it, unless ctx ended first:
+// then the slot is abandoned (its completion releases it) and abandoned is
+// true. Call release after reading the slot's results.
+func (f *Fabric) wait(ctx context.Context, id uint32) (abandoned bool, err error) {
+	s := &f.slots[id]
+	if err := f.progressUntil(ctx, func() bool { return s.state.Load() == slotDone }, s); err != nil {
+		if s.state.CompareAndSwap(slotBusy, slotAbandoned) {
+			return true, err
+		}
+	}
+	if s.slept {
+		s.slept = false
+		select {
+		case <-s.wake:
+		default:
+		}
+	}
+	return false, s.err
+}

@@ -1,0 +1,186 @@
+package fabric
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+	"unsafe"
+)
+
+// Slots and staging chunks. A slot is one work request in flight: its
+// completion finds it by the work request id. Slots and chunks are freed by
+// completions and by the goroutines that waited for them; whoever frees one
+// wakes a poller asleep on the completion channel, since it may be waiting
+// for exactly that (no completion event would wake it).
+
+const (
+	slotFree uint32 = iota
+	slotBusy
+	slotDone
+	slotAbandoned
+	slotReserved // a credit taken, its request not yet sent
+)
+
+type slot struct {
+	state atomic.Uint32
+	async bool  // nobody waits: the completion releases it
+	msg   bool  // an active message or reply: its error is not a Flush's
+	peer  int32 // rank
+	chunk int32 // staging chunk held, or -1
+	conn  *conn // the connection it was posted on
+	err   error
+	wake  chan struct{}
+	timer *time.Timer
+	// sleeping: the waiter blocks on wake (the poller signals it only
+	// then); slept: it did, so a stale signal may have to be drained.
+	sleeping atomic.Bool
+	slept    bool
+}
+
+// acquireSlot takes a slot for a request to rank, waiting first (without a
+// slot) if rank's connection is being re-established, then for a free slot.
+func (f *Fabric) acquireSlot(ctx context.Context, rank int, async bool) (uint32, error) {
+	if err := f.peerErr(rank); err != nil {
+		return 0, err
+	}
+	if err := f.awaitUsable(ctx, rank); err != nil {
+		return 0, err
+	}
+	return f.takeSlot(ctx, rank, async)
+}
+
+// takeSlot waits for a free slot and takes it.
+func (f *Fabric) takeSlot(ctx context.Context, rank int, async bool) (uint32, error) {
+	for {
+		if id, ok := f.tryAcquireSlot(rank, async); ok {
+			return id, nil
+		}
+		if err := f.progressUntil(ctx, func() bool { return f.nfree.Load() > 0 }, nil); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// tryAcquireSlot takes a free slot if there is one.
+func (f *Fabric) tryAcquireSlot(rank int, async bool) (uint32, bool) {
+	f.slotMu.Lock()
+	k := len(f.freeList)
+	if k == 0 {
+		f.slotMu.Unlock()
+		return 0, false
+	}
+	id := f.freeList[k-1]
+	f.freeList = f.freeList[:k-1]
+	f.nfree.Add(-1)
+	f.slotMu.Unlock()
+	s := &f.slots[id]
+	s.state.Store(slotBusy)
+	s.async, s.msg, s.peer, s.chunk, s.conn, s.err = async, false, int32(rank), -1, nil, nil
+	return id, true
+}
+
+// acquireSlotWithin takes a slot for a call that has no context of its own
+// (the engine's replies, Send): it waits at most the peer timeout, so a
+// process that cannot send stalls nothing for ever. It does not wait for a
+// failed connection to be replaced: the engine replies on the connection
+// a request came in on, whatever its state.
+func (f *Fabric) acquireSlotWithin(rank int, async bool) (uint32, error) {
+	if err := f.peerErr(rank); err != nil {
+		return 0, err
+	}
+	if id, ok := f.tryAcquireSlot(rank, async); ok {
+		return id, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), f.peerTimeout)
+	defer cancel()
+	id, err := f.takeSlot(ctx, rank, async)
+	if err != nil {
+		return 0, fmt.Errorf("fabric: rank %d: no work request slot free within %v: %w", rank, f.peerTimeout, err)
+	}
+	return id, nil
+}
+
+func (f *Fabric) releaseSlot(id uint32) {
+	s := &f.slots[id]
+	if s.chunk >= 0 {
+		f.putChunk(s.chunk)
+		s.chunk = -1
+	}
+	s.conn = nil
+	s.state.Store(slotFree)
+	f.slotMu.Lock()
+	f.freeList = append(f.freeList, id)
+	f.nfree.Add(1)
+	f.slotMu.Unlock()
+	f.wakePoller()
+}
+
+// posting records that slot id is about to be posted on c to p's rank.
+func (f *Fabric) posting(id uint32, p *peer, c *conn) {
+	f.slots[id].conn = c
+	c.posted.Add(1)
+	p.posted.Add(1)
+}
+
+// unpost undoes posting for a request the provider refused, and frees
+// the slot.
+func (f *Fabric) unpost(id uint32, p *peer, c *conn) {
+	c.completed.Add(1)
+	p.completed.Add(1)
+	f.releaseSlot(id)
+}
+
+// wakePoller wakes the goroutine asleep on the completion channel, if one
+// is: it may be waiting for the slot or chunk just freed.
+func (f *Fabric) wakePoller() {
+	if f.sleeping.Load() {
+		f.ch.Wake()
+	}
+}
+
+func (f *Fabric) acquireChunk(ctx context.Context) (int32, error) {
+	for {
+		if c, ok := f.tryAcquireChunk(); ok {
+			return c, nil
+		}
+		if err := f.progressUntil(ctx, func() bool { return len(f.freeChunks) > 0 }, nil); err != nil {
+			return 0, err
+		}
+	}
+}
+
+func (f *Fabric) tryAcquireChunk() (int32, bool) {
+	select {
+	case c := <-f.freeChunks:
+		return int32(c), true
+	default:
+		return 0, false
+	}
+}
+
+// putChunk frees a staging chunk.
+func (f *Fabric) putChunk(c int32) {
+	f.freeChunks <- uint32(c)
+	f.wakePoller()
+}
+
+func (f *Fabric) chunk(c int32) []byte {
+	off := f.chunkOff + int(c)*f.chunkSize
+	return f.mem[off : off+f.chunkSize : off+f.chunkSize]
+}
+
+// slotScratch is each slot's part of the scratch area: an atomic's result,
+// or a small write's payload. Inline payloads are copied there first so
+// that C never sees the caller's memory (which may sit in a Go object that
+// holds pointers, which cgo refuses to pass).
+const slotScratch = 256
+
+func (f *Fabric) scratch(id uint32) []byte {
+	off := int(id) * slotScratch
+	return f.mem[off : off+slotScratch : off+slotScratch]
+}
+
+func (f *Fabric) atomicResult(id uint32) uint64 {
+	return *(*uint64)(unsafe.Pointer(&f.mem[int(id)*slotScratch]))
+}
