@@ -5,19 +5,24 @@
 // NIC atomics on most devices (and on rxe) are ATOMIC_HCA: atomic only among
 // themselves, not against the target CPU. A NIC atomic and a CPU
 // read-modify-write on one location could lose an update, so a window's
-// routing never lets both paths touch one location at once:
+// routing never lets both paths update one location:
 //
-//   - By default (MPI's accumulate_ops = same_op_no_op) FetchAndOp SUM on 64-bit
-//     integers and CompareAndSwap on 64-bit integers go to the NIC; NO_OP on a
-//     64-bit type is an aligned 8-byte RDMA READ, safe against both paths;
-//     every other (op, datatype) pair goes to the target's engine.
+//   - By default (MPI's accumulate_ops = same_op_no_op) every predefined
+//     accumulate-family operation on a 64-bit integer goes to the NIC: SUM
+//     as fetch-and-add, CompareAndSwap as compare-and-swap, NO_OP as an
+//     aligned 8-byte RDMA READ (which writes nothing, so it is safe against
+//     both paths), and REPLACE, MIN, MAX, PROD and the logical and bitwise
+//     ops as compare-and-swap loops. Programs mix ops on one word (an MCS
+//     lock mixes CompareAndSwap and FetchAndOp(REPLACE)); all of them stay
+//     atomic with each other. Every other datatype, and user-defined ops,
+//     go to the target's engine; NO_OP on another 8-byte type is a READ.
 //   - A window may declare the (op, datatype) pairs it will use. If every
-//     declared pair is NIC-capable, all of them go to the NIC: SUM on 64-bit
-//     integers as fetch-and-add; REPLACE, MIN, MAX, BAND, BOR and BXOR on
-//     64-bit integers as compare-and-swap loops; NO_OP as a READ. If any is
+//     declared pair is NIC-capable, they go to the NIC as above. If any is
 //     not, every accumulate on the window goes to the engine, so that mixing
 //     ops on one location is safe. A window declared "any op" does the same.
-//   - A device without remote atomics sends everything to the engine.
+//   - The ranks of a window agree on its routing when it is created: if one
+//     rank's device has no usable remote atomics, every rank sends
+//     everything to the engine.
 //
 // ATOMIC_GLOB devices could relax the rule; this package does not assume so.
 package atomics
@@ -86,16 +91,24 @@ const (
 	modeAnyOp
 )
 
-// DefaultPolicy is MPI's same_op_no_op routing for a device with the given
-// atomic capability; probeErr is the result of Probe (nil: atomics work).
-func DefaultPolicy(cap verbs.AtomicCap, probeErr error) Policy {
-	return Policy{nic: cap != verbs.AtomicNone && probeErr == nil}
+// Usable reports whether a device with the given atomic capability, whose
+// Probe returned probeErr, has remote atomics a window may use. The ranks of
+// a window combine their answers: the window uses NIC atomics only if every
+// rank's device can.
+func Usable(cap verbs.AtomicCap, probeErr error) bool {
+	return cap != verbs.AtomicNone && probeErr == nil
+}
+
+// DefaultPolicy is MPI's same_op_no_op routing; nic says whether every
+// rank of the window has usable NIC atomics (see Usable).
+func DefaultPolicy(nic bool) Policy {
+	return Policy{nic: nic}
 }
 
 // DeclaredPolicy routes a window that will use only the given pairs (and
 // NO_OP, and CompareAndSwap on 64-bit integers).
-func DeclaredPolicy(cap verbs.AtomicCap, probeErr error, pairs []Pair) Policy {
-	p := DefaultPolicy(cap, probeErr)
+func DeclaredPolicy(nic bool, pairs []Pair) Policy {
+	p := DefaultPolicy(nic)
 	p.mode = modeDeclared
 	p.pairs = append([]Pair(nil), pairs...)
 	for _, pr := range pairs {
@@ -115,14 +128,17 @@ func is64(b datatype.Basic) bool { return b == datatype.Int64 || b == datatype.U
 // nicRoute is how the NIC would do o on b, or Engine if it cannot.
 func nicRoute(o op.Op, b datatype.Basic) Route {
 	switch {
-	case o == op.Sum && is64(b):
-		return NICFetchAdd
 	case o == op.NoOp && b.Size() == 8:
 		return NICRead
-	case is64(b) && (o == op.Replace || o == op.Min || o == op.Max || o == op.Band || o == op.Bor || o == op.Bxor):
+	case !is64(b):
+		return Engine
+	case o == op.Sum:
+		return NICFetchAdd
+	case o == op.Replace, o == op.Min, o == op.Max, o == op.Prod,
+		o == op.Land, o == op.Lor, o == op.Lxor, o == op.Band, o == op.Bor, o == op.Bxor:
 		return NICCompareSwapLoop
 	}
-	return Engine
+	return Engine // user-defined ops, and ops MPI does not define on integers
 }
 
 // FetchAndOp returns the route of FetchAndOp, GetAccumulate or Accumulate
@@ -131,13 +147,7 @@ func (p Policy) FetchAndOp(o op.Op, b datatype.Basic) Route {
 	if !p.nic || p.engine {
 		return Engine
 	}
-	r := nicRoute(o, b)
-	if p.mode == modeSameOpNoOp && r == NICCompareSwapLoop {
-		// A loop is only safe when no engine update can hit the word;
-		// the default window sends these ops to the engine.
-		return Engine
-	}
-	return r
+	return nicRoute(o, b)
 }
 
 // Accumulate is FetchAndOp's route for the non-fetching form.

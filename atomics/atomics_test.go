@@ -11,7 +11,7 @@ import (
 )
 
 func TestDefaultRoutes(t *testing.T) {
-	p := DefaultPolicy(verbs.AtomicHCA, nil)
+	p := DefaultPolicy(true)
 	cases := []struct {
 		o    op.Op
 		b    datatype.Basic
@@ -21,11 +21,25 @@ func TestDefaultRoutes(t *testing.T) {
 		{op.Sum, datatype.Uint64, NICFetchAdd},
 		{op.Sum, datatype.Int32, Engine},
 		{op.Sum, datatype.Float64, Engine},
-		{op.Max, datatype.Int64, Engine},
 		{op.NoOp, datatype.Float64, NICRead},
 		{op.NoOp, datatype.Int64, NICRead},
 		{op.NoOp, datatype.Int32, Engine},
-		{op.Replace, datatype.Int64, Engine},
+		{op.Replace, datatype.Float64, Engine},
+		{op.Max, datatype.Int32, Engine},
+		{op.Maxloc, datatype.Int64Int, Engine},
+		{op.FirstUser, datatype.Int64, Engine},
+	}
+	// Every predefined op MPI defines on integers is a NIC operation on a
+	// 64-bit integer of a default window, so that ops mixed on one word
+	// stay atomic with each other.
+	for _, o := range []op.Op{op.Replace, op.Min, op.Max, op.Prod, op.Land, op.Lor, op.Lxor, op.Band, op.Bor, op.Bxor} {
+		for _, b := range []datatype.Basic{datatype.Int64, datatype.Uint64} {
+			cases = append(cases, struct {
+				o    op.Op
+				b    datatype.Basic
+				want Route
+			}{o, b, NICCompareSwapLoop})
+		}
 	}
 	for _, c := range cases {
 		if got := p.FetchAndOp(c.o, c.b); got != c.want {
@@ -38,10 +52,23 @@ func TestDefaultRoutes(t *testing.T) {
 	if got := p.CompareAndSwap(datatype.Int32); got != Engine {
 		t.Errorf("CompareAndSwap(int32) = %v", got)
 	}
-	for _, off := range []Policy{DefaultPolicy(verbs.AtomicNone, nil), DefaultPolicy(verbs.AtomicHCA, errors.New("x"))} {
-		if got := off.FetchAndOp(op.Sum, datatype.Int64); got != Engine {
-			t.Errorf("without NIC atomics: %v", got)
+	off := DefaultPolicy(false)
+	for _, o := range []op.Op{op.Sum, op.Replace, op.NoOp} {
+		if got := off.FetchAndOp(o, datatype.Int64); got != Engine {
+			t.Errorf("without NIC atomics: %v int64 goes to %v", o, got)
 		}
+	}
+	if got := off.CompareAndSwap(datatype.Int64); got != Engine {
+		t.Errorf("without NIC atomics: CompareAndSwap goes to %v", got)
+	}
+}
+
+func TestUsable(t *testing.T) {
+	if !Usable(verbs.AtomicHCA, nil) || !Usable(verbs.AtomicGlob, nil) {
+		t.Error("a device with atomics that passed the probe is not usable")
+	}
+	if Usable(verbs.AtomicNone, nil) || Usable(verbs.AtomicHCA, errors.New("byte order")) {
+		t.Error("a device without atomics, or that failed the probe, is usable")
 	}
 }
 
@@ -59,7 +86,7 @@ func TestProbe(t *testing.T) {
 }
 
 func TestDeclaredAndAnyOpRoutes(t *testing.T) {
-	nicOnly := DeclaredPolicy(verbs.AtomicHCA, nil, []Pair{{op.Sum, datatype.Int64}, {op.Max, datatype.Int64}})
+	nicOnly := DeclaredPolicy(true, []Pair{{op.Sum, datatype.Int64}, {op.Max, datatype.Int64}})
 	if r := nicOnly.FetchAndOp(op.Max, datatype.Int64); r != NICCompareSwapLoop {
 		t.Errorf("declared NIC-capable MAX int64: %v", r)
 	}
@@ -69,7 +96,7 @@ func TestDeclaredAndAnyOpRoutes(t *testing.T) {
 	if !nicOnly.Declared(op.Max, datatype.Int64) || nicOnly.Declared(op.Min, datatype.Int64) || !nicOnly.Declared(op.NoOp, datatype.Float64) {
 		t.Error("Declared does not follow the declaration")
 	}
-	mixed := DeclaredPolicy(verbs.AtomicHCA, nil, []Pair{{op.Sum, datatype.Int64}, {op.Max, datatype.Float64}})
+	mixed := DeclaredPolicy(true, []Pair{{op.Sum, datatype.Int64}, {op.Max, datatype.Float64}})
 	for _, c := range []struct {
 		o op.Op
 		b datatype.Basic
@@ -84,8 +111,5 @@ func TestDeclaredAndAnyOpRoutes(t *testing.T) {
 	anyOp := AnyOpPolicy()
 	if r := anyOp.FetchAndOp(op.Sum, datatype.Int64); r != Engine {
 		t.Errorf("any-op SUM int64: %v", r)
-	}
-	if r := DefaultPolicy(verbs.AtomicHCA, nil).FetchAndOp(op.Max, datatype.Int64); r != Engine {
-		t.Errorf("default MAX int64 must not be a CAS loop: %v", r)
 	}
 }

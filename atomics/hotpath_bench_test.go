@@ -5,7 +5,6 @@ import (
 
 	"github.com/onesided/rma/datatype"
 	"github.com/onesided/rma/op"
-	"github.com/onesided/rma/verbs"
 )
 
 // The routing decisions every FetchAndOp, CompareAndSwap and Accumulate
@@ -16,8 +15,8 @@ func BenchmarkHotPathRoute(b *testing.B) {
 		name string
 		p    Policy
 	}{
-		{"default", DefaultPolicy(verbs.AtomicHCA, nil)},
-		{"declared", DeclaredPolicy(verbs.AtomicHCA, nil, pairs)},
+		{"default", DefaultPolicy(true)},
+		{"declared", DeclaredPolicy(true, pairs)},
 		{"anyop", AnyOpPolicy()},
 	} {
 		b.Run(c.name, func(b *testing.B) {

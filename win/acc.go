@@ -73,8 +73,11 @@ func elements(b []byte, dt datatype.Basic) (int, error) {
 // Their type signatures must match (counts may differ); the target layout
 // must not overlap and must lie in the target's window.
 func (w *Window) AccumulateTo(ctx context.Context, origin Buffer, t Region, o op.Op) error {
+	if t.Rank == ProcNull {
+		return w.nullCall()
+	}
 	basic, d, err := w.check(ctx, o, op.Accumulate, &origin, nil, &t)
-	if err != nil {
+	if err != nil || d.empty {
 		return err
 	}
 	if route := w.policy.Accumulate(o, basic); route != atomics.Engine {
@@ -86,11 +89,14 @@ func (w *Window) AccumulateTo(ctx context.Context, origin Buffer, t Region, o op
 
 // GetAccumulateTo is GetAccumulate with derived datatypes.
 func (w *Window) GetAccumulateTo(ctx context.Context, origin, result Buffer, t Region, o op.Op) error {
+	if t.Rank == ProcNull {
+		return w.nullCall()
+	}
 	if o == op.NoOp {
 		origin = Buffer{Type: t.Type, Count: t.Count}
 	}
 	_, d, err := w.check(ctx, o, op.GetAccumulate, &origin, &result, &t)
-	if err != nil {
+	if err != nil || d.empty {
 		return err
 	}
 	return w.fetching(ctx, fallback.KindGetAccumulate, o, origin, result, t, d)
@@ -99,8 +105,9 @@ func (w *Window) GetAccumulateTo(ctx context.Context, origin, result Buffer, t R
 // dest is a resolved target: the region and the byte offset of the
 // target layout's origin in it.
 type dest struct {
-	reg region
-	off int64
+	reg   region
+	off   int64
+	empty bool // the call moves no data: it succeeds without touching memory
 }
 
 // resolve checks the epoch and that t lies in the target's window.
@@ -108,7 +115,7 @@ func (w *Window) resolve(ctx context.Context, t *Region) (dest, error) {
 	if err := w.checkEpoch(t.Rank); err != nil {
 		return dest{}, err
 	}
-	reg, off, err := w.locate(ctx, t.Rank, t.Disp)
+	reg, off, err := w.locateLayout(ctx, t)
 	if err != nil {
 		return dest{}, err
 	}
@@ -116,11 +123,13 @@ func (w *Window) resolve(ctx context.Context, t *Region) (dest, error) {
 		return dest{}, fmt.Errorf("%w: %d x %v at displacement %d of rank %d's %d-byte window: %w",
 			ErrOutOfWindow, t.Count, t.Type, t.Disp, t.Rank, reg.size, err)
 	}
-	return dest{reg, off}, nil
+	return dest{reg: reg, off: off}, nil
 }
 
 // check validates an accumulate-family call and returns its basic type
-// and resolved target. origin may have no data for NO_OP.
+// and resolved target. origin may have no data for NO_OP. A call whose
+// signatures are empty is valid whatever its datatypes are built from (MPI:
+// empty signatures match) and moves nothing: its dest says so.
 func (w *Window) check(ctx context.Context, o op.Op, use op.Use, origin, result *Buffer, t *Region) (datatype.Basic, dest, error) {
 	if !t.Type.Valid() {
 		return 0, dest{}, fmt.Errorf("%w: invalid target datatype", ErrInvalid)
@@ -138,8 +147,19 @@ func (w *Window) check(ctx context.Context, o op.Op, use op.Use, origin, result 
 	if t.Count < 0 {
 		return 0, dest{}, fmt.Errorf("%w: negative target count %d", ErrInvalid, t.Count)
 	}
+	empty := t.Count == 0 || t.Type.Size() == 0
 	check := func(name string, b *Buffer) error {
-		if !b.Type.Valid() || b.Type.Basic() != basic {
+		if !b.Type.Valid() || b.Count < 0 {
+			return fmt.Errorf("%w: %s has %d x an invalid datatype", ErrInvalid, name, b.Count)
+		}
+		if bempty := b.Count == 0 || b.Type.Size() == 0; empty || bempty {
+			if empty != bempty {
+				return fmt.Errorf("%w: %s has %d x %v, the target %d x %v: type signatures differ",
+					ErrInvalid, name, b.Count, b.Type, t.Count, t.Type)
+			}
+			return nil
+		}
+		if b.Type.Basic() != basic {
 			return fmt.Errorf("%w: %s datatype is not built from the target's %v", ErrInvalid, name, basic)
 		}
 		if !datatype.SameSignature(b.Count, b.Type, t.Count, t.Type) {
@@ -160,6 +180,9 @@ func (w *Window) check(ctx context.Context, o op.Op, use op.Use, origin, result 
 		if err := check("result", result); err != nil {
 			return 0, dest{}, err
 		}
+	}
+	if empty {
+		return basic, dest{empty: true}, nil
 	}
 	d, err := w.resolve(ctx, t)
 	if err != nil {
@@ -256,7 +279,7 @@ func (w *Window) sendPiece(ctx context.Context, kind fallback.Kind, o op.Op, ran
 		w.f.Release(rank, credit)
 		return err
 	}
-	call := w.client.Slot(rank, credit)
+	call := w.client.Slot(w.f.rank(rank), credit)
 	call.Op, call.Elem = fop, p.Elem
 	fop.Start(1)
 	if err := w.f.Send(rank, credit, len(msg)); err != nil {
@@ -290,8 +313,11 @@ func (w *Window) nicAccumulate(ctx context.Context, o op.Op, basic datatype.Basi
 	base := d.off
 	var err error
 	t.Type.ForEachBlock(t.Count, func(off int64, n int) bool {
-		if (base+off)%8 != 0 {
-			err = fmt.Errorf("%w: element at byte %d of rank %d's window", ErrAlignment, base+off, t.Rank)
+		// NIC atomics need 8-byte aligned addresses: the window's memory
+		// itself may start anywhere (Create over a caller's slice).
+		if addr := d.reg.addr + uint64(base+off); addr%8 != 0 {
+			err = fmt.Errorf("%w: element at byte %d of rank %d's window is at address %#x",
+				ErrAlignment, base+off, t.Rank, addr)
 			return false
 		}
 		return true

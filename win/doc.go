@@ -14,11 +14,16 @@
 //
 // Put, Get, Accumulate, GetAccumulate, FetchAndOp, CompareAndSwap, their
 // datatype forms (PutTo, GetTo, AccumulateTo, GetAccumulateTo with Buffer
-// and Region) and the request forms RPut, RGet, RAccumulate and
-// RGetAccumulate (Request.Wait, Request.Test). Put and Accumulate return as
-// soon as the origin buffer may be reused (their data is copied); a flush
-// or the end of the epoch completes them at the target. Get and the
-// fetching calls return when their result is in the caller's buffer.
+// and Region) and the request forms RPut, RGet, RAccumulate,
+// RGetAccumulate, RPutTo and RGetTo (Request.Wait, Request.Test, Waitall,
+// Waitany, Waitsome, Testall, Testany; a flush or the end of the epoch
+// completes them too). Put and Accumulate return as soon as the origin
+// buffer may be reused (their data is copied); a flush or the end of the
+// epoch completes them at the target. Get and the fetching calls return
+// when their result is in the caller's buffer. The generic functions
+// FetchAndOp and CompareAndSwap (on a Go value) and PutSlice, GetSlice,
+// AccumulateSlice and GetAccumulateSlice (on a Go slice) take Go values
+// instead of bytes and a datatype.
 //
 // # Synchronisation
 //
@@ -30,7 +35,19 @@
 // calls inside a passive-target epoch. A call outside a matching epoch
 // returns ErrEpoch. Locks and post/start counters live in a small page of
 // each rank's memory and are driven by NIC atomics only: the target's CPU
-// takes no part, and a waiting writer holds off new readers.
+// takes no part, and a waiting writer holds off new readers. LockAll takes
+// the NoCheck assertion (then no lock is taken).
+//
+// A Fence opens an epoch that starts only if RMA calls follow it (MPI-4.1
+// 12.5.1): after a Fence and before any RMA call, Lock, LockAll, Post and
+// Start may begin another kind of epoch instead, as in MPICH (whose rmazero
+// test does Fence then Lock).
+//
+// A call with the target rank ProcNull (MPI_PROC_NULL) does nothing and
+// succeeds, as do Lock, Unlock and Flush of ProcNull. A call that moves no
+// data (a zero count, or a datatype of size zero) succeeds without touching
+// memory, whatever its datatypes are built from: empty type signatures
+// match (MPI-4.1 3.3.1), as in MPICH and Open MPI.
 //
 // # Local memory
 //
@@ -47,13 +64,21 @@
 // # Routing
 //
 // NIC atomics are atomic only among themselves on most devices, so a
-// window never lets them and the target's CPU update one location at once.
-// By default (MPI's same_op_no_op) FetchAndOp and Accumulate with SUM on
-// int64/uint64 are NIC fetch-and-adds, CompareAndSwap on int64/uint64 is a
-// NIC compare-and-swap, NO_OP on a 64-bit type an aligned 8-byte READ; all
-// other pairs are applied by the target's engine from active messages.
+// window never lets them and the target's CPU update one location. By
+// default (MPI's same_op_no_op), on a window whose ranks all have working
+// NIC atomics, every accumulate-family call on an int64 or uint64 goes to
+// the NIC: SUM is a fetch-and-add, CompareAndSwap a compare-and-swap, NO_OP
+// an aligned 8-byte READ, and REPLACE, MIN, MAX, PROD and the logical and
+// bitwise ops compare-and-swap loops; so ops mixed on one word (an MCS
+// lock's CompareAndSwap and FetchAndOp(REPLACE)) stay atomic with each
+// other. Every other datatype, and user-defined ops, are applied by the
+// target's engine from active messages (NO_OP on another 8-byte type is a
+// READ). AccumulateOps and AnyOp change this (see atomics). The ranks agree
+// on the routing when the window is created: if one rank's device cannot
+// do remote atomics, every rank sends everything to the engine, and ranks
+// that pass different accumulate options fail the creation with ErrInvalid.
 // Route and RouteCompareAndSwap tell which path a call takes. NIC atomics
-// need an 8-byte aligned target.
+// need an 8-byte aligned target address (ErrAlignment otherwise).
 //
 // # Concurrency
 //
@@ -64,7 +89,10 @@
 //
 // Every call that waits takes a context. When it ends, the call returns its
 // error promptly and the window stays usable: a cancelled Lock or LockAll
-// undoes what it had taken; a cancelled fetching call (Get, GetAccumulate,
+// undoes what it had taken (each atomic of the lock protocol, once posted,
+// is awaited before the context is looked at again, so the undo is exact);
+// a cancelled Post, Complete or Start leaves the counters of the other
+// ranks consistent; a cancelled fetching call (Get, GetAccumulate,
 // FetchAndOp, CompareAndSwap, Request.Wait) never writes its result buffer
 // afterwards, and the target may or may not have applied it. A cancelled
 // Fence or Free leaves the group's bootstrap broken: later collective calls

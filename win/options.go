@@ -2,6 +2,8 @@ package win
 
 import (
 	"fmt"
+	"hash/fnv"
+	"slices"
 	"strings"
 
 	"github.com/onesided/rma/atomics"
@@ -16,6 +18,20 @@ type config struct {
 	pairs   []atomics.Pair // declared (op, datatype) pairs; nil: same_op_no_op
 	anyOp   bool
 	ordered bool
+}
+
+// digest summarises the options every rank of a window must agree on:
+// those that decide how accumulates are routed (the declared pairs as a
+// set: their order does not matter).
+func (c *config) digest() uint64 {
+	keys := make([]string, len(c.pairs))
+	for i, p := range c.pairs {
+		keys[i] = fmt.Sprintf("%d:%d", p.Op, p.Basic)
+	}
+	slices.Sort(keys)
+	h := fnv.New64a()
+	fmt.Fprintf(h, "any=%v declared=%v %v", c.anyOp, c.pairs != nil, slices.Compact(keys))
+	return h.Sum64()
 }
 
 // AccumulateOps declares the (op, datatype) pairs the window's accumulate

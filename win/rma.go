@@ -55,6 +55,9 @@ func (w *Window) address(ctx context.Context, rank, disp, n int) (uint64, uint32
 // Put writes origin to target's window at disp (MPI_Put). It returns once
 // origin may be reused; Flush, FlushAll or UnlockAll complete it at the target.
 func (w *Window) Put(ctx context.Context, origin []byte, target, disp int) error {
+	if target == ProcNull {
+		return w.nullCall()
+	}
 	addr, rkey, err := w.address(ctx, target, disp, len(origin))
 	if err != nil || len(origin) == 0 {
 		return err
@@ -65,6 +68,9 @@ func (w *Window) Put(ctx context.Context, origin []byte, target, disp int) error
 // Get reads len(result) bytes of target's window at disp into result
 // (MPI_Get). It returns when result holds them.
 func (w *Window) Get(ctx context.Context, result []byte, target, disp int) error {
+	if target == ProcNull {
+		return w.nullCall()
+	}
 	addr, rkey, err := w.address(ctx, target, disp, len(result))
 	if err != nil || len(result) == 0 {
 		return err
@@ -80,6 +86,9 @@ func (w *Window) Get(ctx context.Context, result []byte, target, disp int) error
 // (MPI_Fetch_and_op). origin and result hold one dt each (origin is
 // ignored for NO_OP). It returns when result holds the old value.
 func (w *Window) FetchAndOp(ctx context.Context, origin, result []byte, dt datatype.Basic, target, disp int, o op.Op) error {
+	if target == ProcNull {
+		return w.nullCall()
+	}
 	if err := op.Check(o, dt, op.GetAccumulate); err != nil {
 		return err
 	}
@@ -128,6 +137,9 @@ func (w *Window) FetchAndOp(ctx context.Context, origin, result []byte, dt datat
 // origin if it equals compare, and returns its old value in result
 // (MPI_Compare_and_swap). It returns when result holds the old value.
 func (w *Window) CompareAndSwap(ctx context.Context, origin, compare, result []byte, dt datatype.Basic, target, disp int) error {
+	if target == ProcNull {
+		return w.nullCall()
+	}
 	if err := op.CheckCompareAndSwap(dt); err != nil {
 		return err
 	}
@@ -171,25 +183,39 @@ func load64(b []byte) uint64     { return binary.NativeEndian.Uint64(b) }
 func store64(b []byte, v uint64) { binary.NativeEndian.PutUint64(b, v) }
 
 // checkData validates the origin or result side of a Put or Get with
-// datatypes against the target side.
-func checkData(name string, b *Buffer, t *Region) error {
-	if !t.Type.Valid() || !b.Type.Valid() || b.Type.Basic() != t.Type.Basic() {
-		return fmt.Errorf("%w: %s and target datatypes are not built from one basic type", ErrInvalid, name)
+// datatypes against the target side. It reports whether the call moves no
+// data (empty signatures match whatever they are built from).
+func checkData(name string, b *Buffer, t *Region) (empty bool, err error) {
+	if !t.Type.Valid() || !b.Type.Valid() {
+		return false, fmt.Errorf("%w: %s or target datatype is invalid", ErrInvalid, name)
 	}
-	if b.Count < 0 || t.Count < 0 || !datatype.SameSignature(b.Count, b.Type, t.Count, t.Type) {
-		return fmt.Errorf("%w: %s has %d x %v, the target %d x %v: type signatures differ",
+	if b.Count < 0 || t.Count < 0 {
+		return false, fmt.Errorf("%w: negative count (%s %d, target %d)", ErrInvalid, name, b.Count, t.Count)
+	}
+	bempty, tempty := b.Count == 0 || b.Type.Size() == 0, t.Count == 0 || t.Type.Size() == 0
+	if bempty && tempty {
+		return true, nil
+	}
+	if bempty != tempty || b.Type.Basic() != t.Type.Basic() || !datatype.SameSignature(b.Count, b.Type, t.Count, t.Type) {
+		return false, fmt.Errorf("%w: %s has %d x %v, the target %d x %v: type signatures differ",
 			ErrInvalid, name, b.Count, b.Type, t.Count, t.Type)
 	}
 	if err := b.Type.Fits(b.Count, int64(len(b.Data)), 0); err != nil {
-		return fmt.Errorf("%w: %s buffer of %d bytes: %w", ErrInvalid, name, len(b.Data), err)
+		return false, fmt.Errorf("%w: %s buffer of %d bytes: %w", ErrInvalid, name, len(b.Data), err)
 	}
-	return nil
+	return false, nil
 }
 
 // PutTo is Put with datatypes at origin and target (MPI_Put): the origin's
 // elements are written, in type-map order, to the target layout.
 func (w *Window) PutTo(ctx context.Context, origin Buffer, t Region) error {
-	if err := checkData("origin", &origin, &t); err != nil {
+	if t.Rank == ProcNull {
+		return w.nullCall()
+	}
+	if empty, err := checkData("origin", &origin, &t); err != nil || empty {
+		if err == nil {
+			err = w.checkEpoch(t.Rank)
+		}
 		return err
 	}
 	d, err := w.resolve(ctx, &t)
@@ -210,7 +236,13 @@ func (w *Window) PutTo(ctx context.Context, origin Buffer, t Region) error {
 // GetTo is Get with datatypes (MPI_Get): the target layout's elements are
 // read into the result layout. It returns when result holds them.
 func (w *Window) GetTo(ctx context.Context, result Buffer, t Region) error {
-	if err := checkData("result", &result, &t); err != nil {
+	if t.Rank == ProcNull {
+		return w.nullCall()
+	}
+	if empty, err := checkData("result", &result, &t); err != nil || empty {
+		if err == nil {
+			err = w.checkEpoch(t.Rank)
+		}
 		return err
 	}
 	d, err := w.resolve(ctx, &t)

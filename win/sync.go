@@ -39,23 +39,30 @@ const (
 )
 
 // The synchronisation page of a window, per rank: lock words, PSCW
-// counters (one per peer) and the dynamic region table.
+// counters (one per peer) and the head of the dynamic region table.
 const (
 	syncLock   = 0  // readers in the low 32 bits, writers (holding or waiting) in the high 32
 	syncOwner  = 8  // rank+1 of the exclusive holder, 0 if none
 	syncPosted = 64 // + 8*r: Posts rank r made to this rank
-	maxRegions = 64 // dynamic windows: regions attached at once per rank
-	regionSize = 32
+	regionHead = 64 // dynamic windows: the head of the region table, at syncTable (see dynamic.go)
+	regionSize = 32 // dynamic windows: one entry of the region table, in a buffer of its own
 )
 
 func syncCompleted(n int) int { return syncPosted + 8*n } // + 8*r: Completes of rank r
 func syncTable(n int) int     { return (syncCompleted(n) + 8*n + 63) &^ 63 }
-func syncSize(n int) int      { return (syncTable(n) + 16 + maxRegions*regionSize + 4095) &^ 4095 }
+func syncSize(n int) int      { return (syncTable(n) + regionHead + 4095) &^ 4095 }
 
 type epochs struct {
-	fence   atomic.Bool
-	lockAll atomic.Bool
-	access  []atomic.Uint32 // per target
+	// fence: a Fence without NoSucceed was the last epoch call; fenceUsed:
+	// an RMA call was made since, so the fence epoch has really started
+	// (MPI-4.1 12.5.1: a fence starts an epoch only if RMA calls and
+	// another fence follow; until then Lock, LockAll, Post and Start may
+	// begin other epochs instead).
+	fence     atomic.Bool
+	fenceUsed atomic.Bool
+	lockAll   atomic.Bool
+	noCheck   bool            // LockAll with NoCheck: no lock was taken
+	access    []atomic.Uint32 // per target
 
 	startGroup  []int    // Start's group; nil outside an access epoch
 	started     []uint64 // per target: Posts consumed by Start
@@ -68,6 +75,14 @@ func (e *epochs) init(n int) {
 	e.started = make([]uint64, n)
 	e.waited = make([]uint64, n)
 }
+
+// inFence reports whether a fence epoch has started: a Fence opened one
+// and RMA calls were made in it.
+func (e *epochs) inFence() bool { return e.fence.Load() && e.fenceUsed.Load() }
+
+// leaveFence gives up a fence epoch in which no RMA call was made, for an
+// epoch of another kind.
+func (e *epochs) leaveFence() { e.fence.Store(false) }
 
 func (e *epochs) anyAccess() bool {
 	for i := range e.access {
@@ -86,17 +101,26 @@ func (w *Window) checkEpoch(rank int) error {
 	if rank < 0 || rank >= len(w.remote) {
 		return fmt.Errorf("%w: rank %d, group of %d", ErrRank, rank, len(w.remote))
 	}
-	if !w.ep.fence.Load() && !w.ep.lockAll.Load() && w.ep.access[rank].Load() == 0 {
-		return fmt.Errorf("%w: RMA call to rank %d outside an access epoch (Fence, Lock, LockAll or Start first)", ErrEpoch, rank)
+	if w.ep.lockAll.Load() || w.ep.access[rank].Load() != 0 {
+		return nil
 	}
-	return nil
+	if w.ep.fence.Load() {
+		if !w.ep.fenceUsed.Load() {
+			w.ep.fenceUsed.Store(true)
+		}
+		return nil
+	}
+	return fmt.Errorf("%w: RMA call to rank %d outside an access epoch (Fence, Lock, LockAll or Start first)", ErrEpoch, rank)
 }
 
 func (w *Window) syncWord(off int) *uint64 { return (*uint64)(unsafe.Pointer(&w.syncMem[off])) }
 
 // Fence closes the current fence epoch, if any, and opens the next unless
 // a has NoSucceed (MPI_Win_fence). It is collective: when it returns, every
-// RMA call any rank made on the window before its Fence has completed.
+// RMA call any rank made on the window before its Fence has completed. As
+// MPI says, the epoch a Fence opens starts only if RMA calls follow: until
+// the first one, Lock, LockAll, Post and Start may begin other epochs (the
+// fence epoch is then given up, as in MPICH).
 func (w *Window) Fence(ctx context.Context, a Assert) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -113,6 +137,7 @@ func (w *Window) Fence(ctx context.Context, a Assert) error {
 		return err
 	}
 	w.ep.fence.Store(a&NoSucceed == 0)
+	w.ep.fenceUsed.Store(false)
 	return nil
 }
 
@@ -140,20 +165,47 @@ func backoff(ctx context.Context, i int) error {
 	return ctx.Err()
 }
 
-// undo runs a NIC atomic that reverts a partial lock acquisition, even
-// when the caller's context has ended.
-func (w *Window) undo(rank int, off int, add uint64) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+// landTimeout bounds the wait for a synchronisation atomic that has been
+// posted: far above the time the transport takes to give up on a dead peer.
+const landTimeout = 10 * time.Second
+
+// syncAdd and syncCAS run a NIC atomic on rank's sync page for the lock and
+// post-start-complete-wait protocols. A posted atomic lands whether or not
+// its caller still waits, so these always wait for its completion (bounded
+// by landTimeout), whatever ctx says: the protocols then know exactly what
+// they have changed, and can undo it when the caller gives up. The caller's
+// context is checked between atomics, never during one.
+func (w *Window) syncAdd(ctx context.Context, rank, off int, add uint64) (uint64, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), landTimeout)
 	defer cancel()
 	t := &w.remote[rank]
-	w.f.FetchAdd(ctx, rank, t.syncAddr+uint64(off), t.syncRKey, add)
+	return w.f.FetchAdd(ctx, rank, t.syncAddr+uint64(off), t.syncRKey, add)
 }
 
+func (w *Window) syncCAS(ctx context.Context, rank, off int, compare, swap uint64) (uint64, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), landTimeout)
+	defer cancel()
+	t := &w.remote[rank]
+	return w.f.CompareSwap(ctx, rank, t.syncAddr+uint64(off), t.syncRKey, compare, swap)
+}
+
+// undo reverts a partial lock acquisition, even when the caller's context
+// has ended.
+func (w *Window) undo(rank int, off int, add uint64) {
+	w.syncAdd(context.Background(), rank, off, add)
+}
+
+// lockShared takes a shared lock on rank: it adds a reader, and steps back
+// while a writer holds or waits for the lock. If ctx ends, it leaves the
+// lock word as it found it.
 func (w *Window) lockShared(ctx context.Context, rank int) error {
 	t := &w.remote[rank]
 	lock := t.syncAddr + syncLock
 	for i := 0; ; {
-		old, err := w.f.FetchAdd(ctx, rank, lock, t.syncRKey, 1)
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		old, err := w.syncAdd(ctx, rank, syncLock, 1)
 		if err != nil {
 			return err
 		}
@@ -161,8 +213,7 @@ func (w *Window) lockShared(ctx context.Context, rank int) error {
 			return nil
 		}
 		// A writer holds or waits: step back so it is not starved.
-		if _, err := w.f.FetchAdd(ctx, rank, lock, t.syncRKey, ^uint64(0)); err != nil {
-			w.undo(rank, syncLock, ^uint64(0))
+		if _, err := w.syncAdd(ctx, rank, syncLock, ^uint64(0)); err != nil {
 			return err
 		}
 		for {
@@ -181,11 +232,17 @@ func (w *Window) lockShared(ctx context.Context, rank int) error {
 	}
 }
 
+// lockExclusive takes the exclusive lock on rank: it announces a writer
+// (which stops new readers), takes the owner word, then waits for the
+// readers to leave. If ctx ends, it undoes exactly what it had done.
 func (w *Window) lockExclusive(ctx context.Context, rank int) (err error) {
 	t := &w.remote[rank]
-	lock, owner := t.syncAddr+syncLock, t.syncAddr+syncOwner
+	lock := t.syncAddr + syncLock
 	me := uint64(w.g.Rank() + 1)
-	if _, err := w.f.FetchAdd(ctx, rank, lock, t.syncRKey, 1<<32); err != nil {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if _, err := w.syncAdd(ctx, rank, syncLock, 1<<32); err != nil {
 		return err
 	}
 	owned := false
@@ -198,7 +255,7 @@ func (w *Window) lockExclusive(ctx context.Context, rank int) (err error) {
 		}
 	}()
 	for i := 0; ; i++ {
-		old, err := w.f.CompareSwap(ctx, rank, owner, t.syncRKey, 0, me)
+		old, err := w.syncCAS(ctx, rank, syncOwner, 0, me)
 		if err != nil {
 			return err
 		}
@@ -225,18 +282,16 @@ func (w *Window) lockExclusive(ctx context.Context, rank int) (err error) {
 }
 
 func (w *Window) unlockShared(ctx context.Context, rank int) error {
-	t := &w.remote[rank]
-	_, err := w.f.FetchAdd(ctx, rank, t.syncAddr+syncLock, t.syncRKey, ^uint64(0))
+	_, err := w.syncAdd(ctx, rank, syncLock, ^uint64(0))
 	return err
 }
 
 func (w *Window) unlockExclusive(ctx context.Context, rank int) error {
-	t := &w.remote[rank]
 	me := uint64(w.g.Rank() + 1)
-	if _, err := w.f.CompareSwap(ctx, rank, t.syncAddr+syncOwner, t.syncRKey, me, 0); err != nil {
+	if _, err := w.syncCAS(ctx, rank, syncOwner, me, 0); err != nil {
 		return err
 	}
-	_, err := w.f.FetchAdd(ctx, rank, t.syncAddr+syncLock, t.syncRKey, ^uint64(1<<32-1))
+	_, err := w.syncAdd(ctx, rank, syncLock, ^uint64(1<<32-1))
 	return err
 }
 
@@ -244,12 +299,17 @@ func (w *Window) unlockExclusive(ctx context.Context, rank int) error {
 // shared lock admits other shared lockers; an exclusive one none. The lock
 // is a reader-writer lock in target's memory driven by NIC atomics, so the
 // target's CPU takes no part; a waiting writer stops new readers, so a
-// stream of readers cannot starve it. With NoCheck no lock is taken.
+// stream of readers cannot starve it. With NoCheck no lock is taken. If ctx
+// ends first, Lock returns its error and the lock is as if Lock had not
+// been called. Lock of ProcNull does nothing.
 func (w *Window) Lock(ctx context.Context, lt LockType, target int, a Assert) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.freed.Load() {
 		return ErrFreed
+	}
+	if target == ProcNull {
+		return nil
 	}
 	if target < 0 || target >= len(w.remote) {
 		return fmt.Errorf("%w: rank %d, group of %d", ErrRank, target, len(w.remote))
@@ -257,7 +317,7 @@ func (w *Window) Lock(ctx context.Context, lt LockType, target int, a Assert) er
 	if lt != LockShared && lt != LockExclusive {
 		return fmt.Errorf("%w: lock type %d", ErrInvalid, lt)
 	}
-	if w.ep.fence.Load() || w.ep.lockAll.Load() || w.ep.access[target].Load() != 0 {
+	if w.ep.inFence() || w.ep.lockAll.Load() || w.ep.access[target].Load() != 0 {
 		return fmt.Errorf("%w: Lock of rank %d inside another epoch to it", ErrEpoch, target)
 	}
 	bit := accShared
@@ -277,6 +337,7 @@ func (w *Window) Lock(ctx context.Context, lt LockType, target int, a Assert) er
 	} else {
 		bit |= accNoCheck
 	}
+	w.ep.leaveFence()
 	w.ep.access[target].Store(bit)
 	if target == w.g.Rank() {
 		w.syncLocal()
@@ -289,6 +350,12 @@ func (w *Window) Lock(ctx context.Context, lt LockType, target int, a Assert) er
 func (w *Window) Unlock(ctx context.Context, target int) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.freed.Load() {
+		return ErrFreed
+	}
+	if target == ProcNull {
+		return w.nullCall()
+	}
 	if target < 0 || target >= len(w.remote) {
 		return fmt.Errorf("%w: rank %d, group of %d", ErrRank, target, len(w.remote))
 	}
@@ -315,24 +382,38 @@ func (w *Window) Unlock(ctx context.Context, target int) error {
 }
 
 // LockAll starts a shared passive-target access epoch to every rank
-// (MPI_Win_lock_all): a shared lock on each.
-func (w *Window) LockAll(ctx context.Context) error {
+// (MPI_Win_lock_all): a shared lock on each. The only assertion it takes
+// is NoCheck (no other process holds or will attempt a conflicting lock):
+// then no lock is taken. If ctx ends first, LockAll returns its error and
+// releases the locks it had taken.
+func (w *Window) LockAll(ctx context.Context, asserts ...Assert) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.freed.Load() {
 		return ErrFreed
 	}
-	if w.ep.fence.Load() || w.ep.lockAll.Load() || w.ep.anyAccess() {
+	var a Assert
+	for _, x := range asserts {
+		a |= x
+	}
+	if a&^NoCheck != 0 {
+		return fmt.Errorf("%w: LockAll takes only the NoCheck assertion (got %#x)", ErrInvalid, int(a))
+	}
+	if w.ep.inFence() || w.ep.lockAll.Load() || w.ep.anyAccess() {
 		return fmt.Errorf("%w: LockAll inside another epoch", ErrEpoch)
 	}
-	for r := range w.remote {
-		if err := w.lockShared(ctx, r); err != nil {
-			for q := 0; q < r; q++ {
-				w.undo(q, syncLock, ^uint64(0))
+	if a&NoCheck == 0 {
+		for r := range w.remote {
+			if err := w.lockShared(ctx, r); err != nil {
+				for q := 0; q < r; q++ {
+					w.undo(q, syncLock, ^uint64(0))
+				}
+				return err
 			}
-			return err
 		}
 	}
+	w.ep.leaveFence()
+	w.ep.noCheck = a&NoCheck != 0
 	w.ep.lockAll.Store(true)
 	w.syncLocal()
 	return nil
@@ -343,6 +424,9 @@ func (w *Window) LockAll(ctx context.Context) error {
 func (w *Window) UnlockAll(ctx context.Context) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.freed.Load() {
+		return ErrFreed
+	}
 	if !w.ep.lockAll.Load() {
 		return fmt.Errorf("%w: UnlockAll without LockAll", ErrEpoch)
 	}
@@ -352,6 +436,9 @@ func (w *Window) UnlockAll(ctx context.Context) error {
 	}
 	var first error
 	for r := range w.remote {
+		if w.ep.noCheck {
+			break
+		}
 		if err := w.unlockShared(ctx, r); err != nil && first == nil {
 			first = err
 		}
@@ -370,7 +457,7 @@ func (e *epochs) releaseAll(ctx context.Context, w *Window) error {
 			first = err
 		}
 	}
-	if e.lockAll.Swap(false) {
+	if e.lockAll.Swap(false) && !e.noCheck {
 		for r := range w.remote {
 			keep(w.unlockShared(ctx, r))
 		}
@@ -393,6 +480,9 @@ func (e *epochs) releaseAll(ctx context.Context, w *Window) error {
 // Flush completes, at the target, every RMA call this rank made to target
 // (MPI_Win_flush).
 func (w *Window) Flush(ctx context.Context, target int) error {
+	if target == ProcNull {
+		return w.nullCall()
+	}
 	if err := w.checkEpoch(target); err != nil {
 		return err
 	}
@@ -437,17 +527,22 @@ func (w *Window) Post(ctx context.Context, origins []int, a Assert) error {
 	if w.freed.Load() {
 		return ErrFreed
 	}
-	if w.ep.exposeGroup != nil || w.ep.fence.Load() {
+	if w.ep.exposeGroup != nil || w.ep.inFence() {
 		return fmt.Errorf("%w: Post inside an exposure or fence epoch", ErrEpoch)
 	}
 	if err := w.checkGroup(origins); err != nil {
 		return err
 	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	w.syncLocal()
-	me := uint64(w.g.Rank())
+	w.ep.leaveFence()
+	// Once one origin has been told, the epoch exists: the others are told
+	// too, whatever ctx says (each notice is one atomic, awaited).
+	me := w.g.Rank()
 	for _, o := range origins {
-		t := &w.remote[o]
-		if _, err := w.f.FetchAdd(ctx, o, t.syncAddr+uint64(syncPosted)+8*me, t.syncRKey, 1); err != nil {
+		if _, err := w.syncAdd(ctx, o, syncPosted+8*me, 1); err != nil {
 			return err
 		}
 	}
@@ -463,7 +558,7 @@ func (w *Window) Start(ctx context.Context, targets []int, a Assert) error {
 	if w.freed.Load() {
 		return ErrFreed
 	}
-	if w.ep.startGroup != nil || w.ep.fence.Load() || w.ep.lockAll.Load() {
+	if w.ep.startGroup != nil || w.ep.inFence() || w.ep.lockAll.Load() {
 		return fmt.Errorf("%w: Start inside another access epoch", ErrEpoch)
 	}
 	if err := w.checkGroup(targets); err != nil {
@@ -479,6 +574,7 @@ func (w *Window) Start(ctx context.Context, targets []int, a Assert) error {
 			return err
 		}
 	}
+	w.ep.leaveFence()
 	for _, t := range targets {
 		w.ep.started[t]++
 		w.ep.access[t].Store(accStarted)
@@ -493,21 +589,27 @@ func (w *Window) Start(ctx context.Context, targets []int, a Assert) error {
 func (w *Window) Complete(ctx context.Context) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.freed.Load() {
+		return ErrFreed
+	}
 	if w.ep.startGroup == nil {
 		return fmt.Errorf("%w: Complete without Start", ErrEpoch)
 	}
-	me := uint64(w.g.Rank())
+	me := w.g.Rank()
 	for _, t := range w.ep.startGroup {
 		if err := w.flush(ctx, t); err != nil {
 			return err
 		}
 	}
-	for _, t := range w.ep.startGroup {
-		rt := &w.remote[t]
-		if _, err := w.f.FetchAdd(ctx, t, rt.syncAddr+uint64(syncCompleted(len(w.remote)))+8*me, rt.syncRKey, 1); err != nil {
+	// Each target is told once: a Complete retried after an error does not
+	// tell again the targets already told.
+	for len(w.ep.startGroup) > 0 {
+		t := w.ep.startGroup[0]
+		if _, err := w.syncAdd(ctx, t, syncCompleted(len(w.remote))+8*me, 1); err != nil {
 			return err
 		}
 		w.ep.access[t].Store(0)
+		w.ep.startGroup = w.ep.startGroup[1:]
 	}
 	w.ep.startGroup = nil
 	return nil
@@ -519,6 +621,9 @@ func (w *Window) Complete(ctx context.Context) error {
 func (w *Window) Wait(ctx context.Context) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.freed.Load() {
+		return ErrFreed
+	}
 	if w.ep.exposeGroup == nil {
 		return fmt.Errorf("%w: Wait without Post", ErrEpoch)
 	}
@@ -537,6 +642,9 @@ func (w *Window) Wait(ctx context.Context) error {
 func (w *Window) Test() (bool, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.freed.Load() {
+		return false, ErrFreed
+	}
 	if w.ep.exposeGroup == nil {
 		return false, fmt.Errorf("%w: Test without Post", ErrEpoch)
 	}
@@ -584,10 +692,14 @@ func (w *Window) waitWord(ctx context.Context, off int, want uint64) error {
 	return nil
 }
 
-// flush completes every operation to target: active messages answered,
-// RDMA operations completed; it returns the first error of a
-// fire-and-forget operation since the last flush.
+// flush completes every operation to target: request-based operations
+// completed (see completeRequests), active messages answered, RDMA
+// operations completed; it returns the first error of a fire-and-forget
+// operation since the last flush.
 func (w *Window) flush(ctx context.Context, target int) error {
+	if err := w.completeRequests(ctx, target); err != nil {
+		return err
+	}
 	if err := w.f.FlushMessages(ctx, target); err != nil {
 		return err
 	}
@@ -605,6 +717,7 @@ func (w *Window) flushAll(ctx context.Context) error {
 			first = err
 		}
 	}
+	w.endRequests(first)
 	return first
 }
 

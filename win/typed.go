@@ -2,6 +2,7 @@ package win
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"unsafe"
 
@@ -41,4 +42,61 @@ func CompareAndSwap[T datatype.Scalar](ctx context.Context, w *Window, compare, 
 	old := *(*T)(unsafe.Pointer(&s[2]))
 	scratchPool.Put(s)
 	return old, err
+}
+
+// PutSlice is Window.Put on Go values: it writes the elements of origin to
+// target's window from displacement disp on (in the target's displacement
+// units), in host byte order. Like Put, it returns once origin may be
+// reused; a flush or the end of the epoch completes it at the target.
+func PutSlice[T datatype.Element](ctx context.Context, w *Window, origin []T, target, disp int) error {
+	return w.Put(ctx, datatype.AsBytes(origin), target, disp)
+}
+
+// GetSlice is Window.Get on Go values: it reads len(result) elements of
+// type T from target's window at disp into result, and returns when they
+// are there. For bool, a byte other than 0 and 1 in the window reads as
+// true (as C converts it).
+func GetSlice[T datatype.Element](ctx context.Context, w *Window, result []T, target, disp int) error {
+	err := w.Get(ctx, datatype.AsBytes(result), target, disp)
+	fixBools(result)
+	return err
+}
+
+// AccumulateSlice is Window.Accumulate on Go values: each element of
+// target's window from disp on becomes target o origin, atomically per
+// element, for the len(origin) elements of origin, with T's datatype
+// (datatype.Of). It returns once origin may be reused.
+func AccumulateSlice[T datatype.Element](ctx context.Context, w *Window, origin []T, target, disp int, o op.Op) error {
+	return w.Accumulate(ctx, datatype.AsBytes(origin), datatype.Of[T](), target, disp, o)
+}
+
+// GetAccumulateSlice is Window.GetAccumulate on Go values: it applies o
+// with origin to len(result) elements of target's window at disp and
+// returns their old values in result. origin must have len(result)
+// elements, except for op.NoOp, which ignores it (it may be nil). It
+// returns when result holds the old values; bools read as in GetSlice.
+func GetAccumulateSlice[T datatype.Element](ctx context.Context, w *Window, origin, result []T, target, disp int, o op.Op) error {
+	if o != op.NoOp && len(origin) != len(result) {
+		return fmt.Errorf("%w: GetAccumulateSlice with %d origin and %d result elements", ErrInvalid, len(origin), len(result))
+	}
+	if o == op.NoOp {
+		origin = nil
+	}
+	err := w.GetAccumulate(ctx, datatype.AsBytes(origin), datatype.AsBytes(result), datatype.Of[T](), target, disp, o)
+	fixBools(result)
+	return err
+}
+
+// fixBools makes every element of a []bool that was filled from window
+// memory a valid Go bool: a byte other than 0 becomes true.
+func fixBools[T datatype.Element](s []T) {
+	if datatype.Of[T]() != datatype.Bool {
+		return
+	}
+	b := datatype.AsBytes(s)
+	for i := range b {
+		if b[i] > 1 {
+			b[i] = 1
+		}
+	}
 }

@@ -14,7 +14,6 @@ import (
 	"github.com/onesided/rma/datatype"
 	"github.com/onesided/rma/fallback"
 	"github.com/onesided/rma/group"
-	"github.com/onesided/rma/internal/fabric"
 	"github.com/onesided/rma/op"
 	"github.com/onesided/rma/verbs"
 )
@@ -44,6 +43,20 @@ var (
 	ErrUndeclared = errors.New("win: op not declared for this window")
 )
 
+// ProcNull is the target rank of a call that does nothing (MPI_PROC_NULL):
+// an RMA call, Lock, Unlock, Flush or FlushLocal with it returns at once
+// without error, as in MPICH and Open MPI (on a window that is not freed).
+// Its value is Open MPI's; -1 stays an invalid rank.
+const ProcNull = -2
+
+// nullCall is the result of a call to ProcNull.
+func (w *Window) nullCall() error {
+	if w.freed.Load() {
+		return ErrFreed
+	}
+	return nil
+}
+
 // Flavor says how a window's memory was provided (MPI_WIN_CREATE_FLAVOR).
 type Flavor int
 
@@ -54,7 +67,15 @@ const (
 )
 
 func (f Flavor) String() string {
-	return [...]string{"allocate", "create", "dynamic"}[f]
+	switch f {
+	case FlavorAllocate:
+		return "allocate"
+	case FlavorCreate:
+		return "create"
+	case FlavorDynamic:
+		return "dynamic"
+	}
+	return fmt.Sprintf("Flavor(%d)", int(f))
 }
 
 // Window is memory that every process of a group exposes for remote access
@@ -63,7 +84,7 @@ func (f Flavor) String() string {
 // per-process synchronisation and are called from one goroutine.
 type Window struct {
 	g   *group.Group
-	f   *fabric.Fabric
+	f   link   // the group's RDMA connections, in the window's ranks
 	mem []byte // the window's memory (nil for a dynamic window)
 	mr  *verbs.MR
 
@@ -72,6 +93,7 @@ type Window struct {
 	dispUnit int
 	remote   []target
 	policy   atomics.Policy
+	access   verbs.Access // remote rights of the window's memory registrations
 	pin      runtime.Pinner
 	keep     any // a caller's typed slice, kept reachable
 
@@ -88,7 +110,8 @@ type Window struct {
 	syncMR  *verbs.MR
 	ep      epochs
 
-	dyn dynamic // attached regions (dynamic windows)
+	dyn  dynamic  // attached regions (dynamic windows)
+	reqs requests // outstanding request-based operations (request.go)
 
 	freed atomic.Bool
 	mu    sync.Mutex // epoch calls
@@ -102,11 +125,12 @@ type target struct {
 	dispUnit int64
 	syncAddr uint64
 	syncRKey uint32
-	regions  []region // dynamic windows: the attached regions last read
-	regMu    sync.Mutex
 }
 
-const targetInfoSize = 8 + 4 + 8 + 8 + 8 + 4
+// targetInfoSize is what each rank tells the others of its window: address,
+// rkey, size, displacement unit, sync page address and rkey, whether its
+// device has usable NIC atomics, and a digest of its window options.
+const targetInfoSize = 8 + 4 + 8 + 8 + 8 + 4 + 1 + 8
 
 // Allocate creates a window of size bytes on every rank of g, with the
 // given displacement unit (MPI_Win_allocate). It is collective; sizes may
@@ -156,19 +180,12 @@ func CreateDynamic(ctx context.Context, g *group.Group, opts ...Option) (*Window
 }
 
 func create(ctx context.Context, g *group.Group, flavor Flavor, mem []byte, size, dispUnit int, opts []Option) (w *Window, err error) {
-	w = &Window{g: g, f: g.Fabric(), flavor: flavor, mem: mem, size: size, dispUnit: dispUnit, id: g.NextWindowID()}
+	w = &Window{g: g, f: link{f: g.Fabric(), world: g.FabricRanks()}, flavor: flavor, mem: mem, size: size, dispUnit: dispUnit, id: g.NextWindowID()}
 	w.cfg = config{ordered: true}
 	for _, o := range opts {
 		o(&w.cfg)
 	}
-	switch {
-	case w.cfg.anyOp:
-		w.policy = atomics.AnyOpPolicy()
-	case w.cfg.pairs != nil:
-		w.policy = atomics.DeclaredPolicy(g.DeviceAttr().AtomicCap, g.NICAtomics(), w.cfg.pairs)
-	default:
-		w.policy = atomics.DefaultPolicy(g.DeviceAttr().AtomicCap, g.NICAtomics())
-	}
+	nic := atomics.Usable(g.DeviceAttr().AtomicCap, g.NICAtomics())
 	w.target, w.client = g.Engine()
 	n := g.Size()
 	w.async = make([]fallback.Op, n)
@@ -182,8 +199,10 @@ func create(ctx context.Context, g *group.Group, flavor Flavor, mem []byte, size
 			w.release()
 		}
 	}()
+	// The right to remote atomics follows this rank's device; whether the
+	// window uses them is agreed below.
 	access := verbs.AccessRemoteRead | verbs.AccessRemoteWrite
-	if w.policy.UsesNIC() {
+	if nic {
 		access |= verbs.AccessRemoteAtomic
 	}
 	if len(mem) > 0 {
@@ -198,6 +217,7 @@ func create(ctx context.Context, g *group.Group, flavor Flavor, mem []byte, size
 	if w.syncMR, err = w.f.Register(w.syncMem, verbs.AccessRemoteRead|verbs.AccessRemoteAtomic); err != nil {
 		return nil, err
 	}
+	w.access = access
 	// Serve accumulates to the window before any rank can learn of it.
 	if flavor != FlavorDynamic {
 		w.target.AddWindow(w.id, mem[:size:size])
@@ -211,6 +231,10 @@ func create(ctx context.Context, g *group.Group, flavor Flavor, mem []byte, size
 	binary.LittleEndian.PutUint64(mine[20:], uint64(dispUnit))
 	binary.LittleEndian.PutUint64(mine[28:], w.syncMR.Addr())
 	binary.LittleEndian.PutUint32(mine[36:], w.syncMR.RKey())
+	if nic {
+		mine[40] = 1
+	}
+	binary.LittleEndian.PutUint64(mine[41:], w.cfg.digest())
 	all, err := g.AllGather(ctx, mine[:])
 	if err != nil {
 		return nil, err
@@ -230,6 +254,21 @@ func create(ctx context.Context, g *group.Group, flavor Flavor, mem []byte, size
 		if t.dispUnit < 1 || t.size < 0 {
 			return nil, fmt.Errorf("win: rank %d sent size %d, displacement unit %d", r, t.size, t.dispUnit)
 		}
+		nic = nic && b[40] == 1
+		if binary.LittleEndian.Uint64(b[41:]) != w.cfg.digest() {
+			return nil, fmt.Errorf("%w: rank %d created the window with other accumulate options than rank %d (%v)",
+				ErrInvalid, r, g.Rank(), w.Info().AccumulateOps)
+		}
+	}
+	// Every rank routes every (op, datatype) pair the same way: a NIC
+	// atomic and a target-CPU update must never meet on one word.
+	switch {
+	case w.cfg.anyOp:
+		w.policy = atomics.AnyOpPolicy()
+	case w.cfg.pairs != nil:
+		w.policy = atomics.DeclaredPolicy(nic, w.cfg.pairs)
+	default:
+		w.policy = atomics.DefaultPolicy(nic)
 	}
 	return w, nil
 }
@@ -280,7 +319,13 @@ func (w *Window) Free(ctx context.Context) error {
 // Bytes is this rank's window memory (nil for a dynamic window). Local
 // loads and stores on it follow MPI's rules for the window's local copy:
 // synchronise with the epoch calls (see "Local memory" in the package doc).
-func (w *Window) Bytes() []byte { return w.mem[:w.size:w.size] }
+// After Free it is nil.
+func (w *Window) Bytes() []byte {
+	if w.freed.Load() || w.mem == nil {
+		return nil
+	}
+	return w.mem[:w.size:w.size]
+}
 
 // Size is this rank's window size in bytes; DispUnit its displacement unit.
 func (w *Window) Size() int     { return w.size }

@@ -46,16 +46,43 @@ func TestPacked(t *testing.T) {
 func TestCheckData(t *testing.T) {
 	f64, i64 := datatype.Float64.Type(), datatype.Int64.Type()
 	r := Region{Type: f64, Count: 2}
-	if err := checkData("origin", &Buffer{Data: make([]byte, 16), Type: f64, Count: 2}, &r); err != nil {
-		t.Fatal(err)
+	if empty, err := checkData("origin", &Buffer{Data: make([]byte, 16), Type: f64, Count: 2}, &r); err != nil || empty {
+		t.Fatal(empty, err)
 	}
 	for name, b := range map[string]Buffer{
 		"other basic type": {Data: make([]byte, 16), Type: i64, Count: 2},
 		"other signature":  {Data: make([]byte, 24), Type: f64, Count: 3},
 		"short buffer":     {Data: make([]byte, 8), Type: f64, Count: 2},
+		"empty origin":     {Type: f64, Count: 0},
+		"negative count":   {Type: f64, Count: -1},
 	} {
-		if err := checkData("origin", &b, &r); !errors.Is(err, ErrInvalid) {
+		if _, err := checkData("origin", &b, &r); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%s: %v, want ErrInvalid", name, err)
+		}
+	}
+	// Empty signatures match whatever they are built from (MPI 3.3.1).
+	zero, err := datatype.Contiguous(0, datatype.Int32.Type())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]struct {
+		b Buffer
+		r Region
+	}{
+		"zero counts, other types": {Buffer{Type: i64, Count: 0}, Region{Type: f64, Count: 0}},
+		"1 x contiguous(0), nil":   {Buffer{Type: zero, Count: 1}, Region{Type: f64, Count: 0}},
+		"zero count vs empty type": {Buffer{Type: f64, Count: 0}, Region{Type: zero, Count: 5}},
+	} {
+		if empty, err := checkData("origin", &c.b, &c.r); err != nil || !empty {
+			t.Errorf("%s: empty %v, err %v; want an empty call", name, empty, err)
+		}
+	}
+}
+
+func TestFlavorString(t *testing.T) {
+	for f, want := range map[Flavor]string{FlavorAllocate: "allocate", FlavorCreate: "create", FlavorDynamic: "dynamic", Flavor(99): "Flavor(99)", Flavor(-1): "Flavor(-1)"} {
+		if got := f.String(); got != want {
+			t.Errorf("Flavor(%d).String() = %q, want %q", int(f), got, want)
 		}
 	}
 }
@@ -66,7 +93,7 @@ func TestSyncLayout(t *testing.T) {
 		if syncCompleted(n) < syncPosted+8*n || syncTable(n) < syncCompleted(n)+8*n {
 			t.Errorf("size %d: counters overlap", n)
 		}
-		if syncSize(n) < syncTable(n)+16+maxRegions*regionSize || syncSize(n)%4096 != 0 {
+		if syncSize(n) < syncTable(n)+regionHead || syncSize(n)%4096 != 0 {
 			t.Errorf("size %d: page of %d bytes too small or not whole pages", n, syncSize(n))
 		}
 		if syncOwner+8 > syncPosted || syncTable(n)%8 != 0 {
