@@ -30,14 +30,11 @@ nocgo:
 	CGO_ENABLED=0 $(GO) build ./...
 	CGO_ENABLED=0 $(GO) test -count=1 ./...
 
-# Every fuzz target of the decoders of bytes from the network, briefly.
+# Every fuzz target of the decoders of bytes from the network, briefly; a
+# failure prints the fuzzer's output and the failing input (kept in testdata).
 FUZZPKGS := ./internal/bootstrap ./fallback ./datatype ./verbs
 fuzz:
-	@for p in $(FUZZPKGS); do \
-		for t in $$($(GO) test -list '^Fuzz' $$p | grep ^Fuzz); do \
-			echo "fuzz $$p $$t ($(FUZZTIME))"; \
-			$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$p >/dev/null || exit 1; \
-		done; done
+	GO=$(GO) FUZZTIME=$(FUZZTIME) bash hack/fuzz.sh $(FUZZPKGS)
 
 # The integration tests run on rxe (in the test VM where the host has no
 # RDMA device), then all of them again built with the race detector.
