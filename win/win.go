@@ -144,12 +144,7 @@ func Allocate(ctx context.Context, g *group.Group, size, dispUnit int, opts ...O
 	if err != nil {
 		return nil, err
 	}
-	w, err := create(ctx, g, FlavorAllocate, mem, size, dispUnit, opts)
-	if err != nil {
-		verbs.Free(mem)
-		return nil, err
-	}
-	return w, nil
+	return create(ctx, g, FlavorAllocate, mem, size, dispUnit, opts) // which frees mem if it fails
 }
 
 // Create creates a window over the caller's memory (MPI_Win_create). It is
@@ -179,8 +174,8 @@ func CreateDynamic(ctx context.Context, g *group.Group, opts ...Option) (*Window
 	return create(ctx, g, FlavorDynamic, nil, 0, 1, opts)
 }
 
-func create(ctx context.Context, g *group.Group, flavor Flavor, mem []byte, size, dispUnit int, opts []Option) (w *Window, err error) {
-	w = &Window{g: g, f: link{f: g.Fabric(), world: g.FabricRanks()}, flavor: flavor, mem: mem, size: size, dispUnit: dispUnit, id: g.NextWindowID()}
+func create(ctx context.Context, g *group.Group, flavor Flavor, mem []byte, size, dispUnit int, opts []Option) (_ *Window, err error) {
+	w := &Window{g: g, f: link{f: g.Fabric(), world: g.FabricRanks()}, flavor: flavor, mem: mem, size: size, dispUnit: dispUnit, id: g.NextWindowID()}
 	w.cfg = config{ordered: true}
 	for _, o := range opts {
 		o(&w.cfg)
@@ -196,7 +191,7 @@ func create(ctx context.Context, g *group.Group, flavor Flavor, mem []byte, size
 	w.ep.init(n)
 	defer func() {
 		if err != nil {
-			w.release()
+			w.release() // and the memory of an Allocate
 		}
 	}()
 	// The right to remote atomics follows this rank's device; whether the
