@@ -127,8 +127,7 @@ func (g *Group) startLiveness(ctx context.Context) error {
 			continue
 		}
 		if tc, ok := c.(*net.TCPConn); ok {
-			tc.SetKeepAlive(true)
-			tc.SetKeepAlivePeriod(5 * time.Second)
+			keepAlive(tc, g.fab.PeerTimeout())
 		}
 		lv.wg.Add(1)
 		go func() {

@@ -431,8 +431,11 @@ func (qp *QP) State() (QPState, error) { return qpState(qp.p) }
 // Init moves the QP from RESET to INIT.
 func (qp *QP) Init(path *Path) error { return qpInit(qp.p, path.Port, path.Access) }
 
-// ReadyToReceive moves the QP from INIT to RTR, connected to remote.
-func (qp *QP) ReadyToReceive(path *Path, remote Endpoint) error { return qpRTR(qp.p, path, remote) }
+// ReadyToReceive moves the QP from INIT to RTR, connected to remote, with
+// the smaller of path's MTU and remote's (Path.To).
+func (qp *QP) ReadyToReceive(path *Path, remote Endpoint) error {
+	return qpRTR(qp.p, path.To(remote), remote)
+}
 
 // ReadyToSend moves the QP from RTR to RTS; psn is this side's first PSN.
 func (qp *QP) ReadyToSend(path *Path, psn uint32) error { return qpRTS(qp.p, path, psn) }

@@ -393,17 +393,22 @@ type Endpoint struct {
 	PSN uint32
 	LID uint16
 	GID GID
+	// MTU is the largest path MTU this end can use (its port's active MTU,
+	// or less if configured); the two ends of a QP use the smaller of
+	// theirs. Zero means unknown (no limit from this end).
+	MTU MTU
 }
 
 // EndpointSize is the length of an encoded Endpoint.
-const EndpointSize = 4 + 4 + 2 + 16
+const EndpointSize = 4 + 4 + 2 + 16 + 1
 
 // AppendBinary appends the encoding of e (big endian, EndpointSize bytes).
 func (e Endpoint) AppendBinary(b []byte) []byte {
 	b = append(b, byte(e.QPN>>24), byte(e.QPN>>16), byte(e.QPN>>8), byte(e.QPN))
 	b = append(b, byte(e.PSN>>24), byte(e.PSN>>16), byte(e.PSN>>8), byte(e.PSN))
 	b = append(b, byte(e.LID>>8), byte(e.LID))
-	return append(b, e.GID[:]...)
+	b = append(b, e.GID[:]...)
+	return append(b, byte(e.MTU))
 }
 
 // DecodeEndpoint decodes what AppendBinary wrote.
@@ -415,9 +420,13 @@ func DecodeEndpoint(b []byte) (Endpoint, error) {
 	e.QPN = uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
 	e.PSN = uint32(b[4])<<24 | uint32(b[5])<<16 | uint32(b[6])<<8 | uint32(b[7])
 	e.LID = uint16(b[8])<<8 | uint16(b[9])
-	copy(e.GID[:], b[10:])
+	copy(e.GID[:], b[10:26])
+	e.MTU = MTU(b[26])
 	if e.QPN >= 1<<24 || e.PSN >= 1<<24 {
 		return Endpoint{}, fmt.Errorf("%w: QP number or PSN beyond 24 bits", ErrInvalid)
+	}
+	if e.MTU != 0 && e.MTU.Bytes() == 0 {
+		return Endpoint{}, fmt.Errorf("%w: path MTU code %d", ErrInvalid, b[26])
 	}
 	return e, nil
 }
@@ -440,6 +449,17 @@ type Path struct {
 	MinRNRTimer int
 	// Access is what remote peers may do through this QP.
 	Access Access
+}
+
+// To returns the path to remote: p with the smaller of p's MTU and the one
+// remote announced, so that neither end sends packets the other's port
+// cannot take (a zero MTU on either side sets no limit).
+func (p *Path) To(remote Endpoint) *Path {
+	q := *p
+	if remote.MTU != 0 && (q.MTU == 0 || remote.MTU < q.MTU) {
+		q.MTU = remote.MTU
+	}
+	return &q
 }
 
 // QPConfig sizes a reliable-connected QP.

@@ -6,7 +6,7 @@ import (
 )
 
 func TestEndpointRoundTrip(t *testing.T) {
-	e := Endpoint{QPN: 0x123456, PSN: 0xabcdef, LID: 0x1234, GID: GID{0: 0xfe, 15: 1}}
+	e := Endpoint{QPN: 0x123456, PSN: 0xabcdef, LID: 0x1234, GID: GID{0: 0xfe, 15: 1}, MTU: MTU2048}
 	b := e.AppendBinary(nil)
 	if len(b) != EndpointSize {
 		t.Fatalf("encoded %d bytes, want %d", len(b), EndpointSize)
@@ -18,9 +18,30 @@ func TestEndpointRoundTrip(t *testing.T) {
 	if _, err := DecodeEndpoint(b[:EndpointSize-1]); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("short endpoint: %v", err)
 	}
+	b[EndpointSize-1] = 6 // no such MTU
+	if _, err := DecodeEndpoint(b); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("MTU code 6: %v", err)
+	}
+	b[EndpointSize-1] = byte(MTU1024)
 	b[0] = 0xff // QPN beyond 24 bits
 	if _, err := DecodeEndpoint(b); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("QPN beyond 24 bits: %v", err)
+	}
+}
+
+// The path MTU of a QP is the smaller of its two ends' (an end that says
+// nothing sets no limit).
+func TestPathMTU(t *testing.T) {
+	for _, c := range []struct{ local, remote, want MTU }{
+		{MTU4096, MTU1024, MTU1024},
+		{MTU1024, MTU4096, MTU1024},
+		{MTU2048, MTU2048, MTU2048},
+		{MTU4096, 0, MTU4096},
+	} {
+		p := Path{MTU: c.local}
+		if got := p.To(Endpoint{MTU: c.remote}).MTU; got != c.want {
+			t.Errorf("local %v, remote %v: path MTU %v, want %v", c.local, c.remote, got, c.want)
+		}
 	}
 }
 

@@ -332,7 +332,8 @@ func ReconnectTimeout(peerTimeout time.Duration) time.Duration {
 func (f *Fabric) endpoint(qp *verbs.QP) verbs.Endpoint {
 	var psn [4]byte
 	rand.Read(psn[:])
-	return verbs.Endpoint{QPN: qp.Num(), PSN: binary.LittleEndian.Uint32(psn[:]) & 0xffffff, LID: f.PortAttr.LID, GID: f.GID.GID}
+	return verbs.Endpoint{QPN: qp.Num(), PSN: binary.LittleEndian.Uint32(psn[:]) & 0xffffff, LID: f.PortAttr.LID, GID: f.GID.GID,
+		MTU: f.path.MTU}
 }
 
 // Rank and Size of the group the fabric connects.
