@@ -7,7 +7,7 @@ BIN     := $(CURDIR)/.cache/bin
 RXEVM   := $(BIN)/rxevm
 FUZZTIME ?= 5s
 
-.PHONY: all test deps unit nocgo fuzz integration demo bench tools clean
+.PHONY: all test deps unit nocgo fuzz integration twohost demo bench tools clean
 
 all: test
 
@@ -19,7 +19,7 @@ tools: deps
 	$(GO) build -o $(RXEVM) ./test/rxevm
 	$(GO) build -o $(BIN)/ ./cmd/rmarun ./cmd/rmainfo ./examples/...
 
-test: deps unit nocgo fuzz integration
+test: deps unit nocgo fuzz integration twohost
 
 unit: deps
 	$(GO) vet ./...
@@ -44,6 +44,14 @@ integration: tools
 	RMA_EXAMPLES_DIR=$(BIN) $(RXEVM) -- sh -c '$(BIN)/integration.test -test.v -test.count=1 -test.timeout=25m && \
 		echo "== race detector ==" && RMA_SOAK_TIME=4s $(BIN)/integration-race.test -test.v -test.count=1 -test.timeout=25m'
 
+
+# Two hosts: the test VM's two-host mode boots two guests, each with its own
+# rxe0 on a virtio-net NIC, joined by a UDP wire, and runs TestTwoHost with
+# one rank per guest.
+twohost: tools
+	$(GO) test -c -tags integration -o $(BIN)/integration.test ./test
+	RMA_SECRET=$$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n') \
+		$(RXEVM) -hosts 2 -timeout 10m -- $(BIN)/integration.test -test.v -test.count=1 -test.run '^TestTwoHost$$'
 
 demo: tools
 	$(RXEVM) -- $(BIN)/rmarun -n 4 $(BIN)/accumulate

@@ -17,10 +17,17 @@ import (
 // ib_uverbs, and crc32_generic, which rxe asks the crypto API for (no modprobe to load it).
 var guestModules = []string{"virtio_pci", "9pnet_virtio", "9p", "overlay", "veth", "crc32_generic", "ib_uverbs", "rdma_rxe"}
 
+// twoHostModules are the modules that a guest of a two-host run loads besides guestModules:
+// the virtio NIC's driver (with its dependencies failover and net_failover, from modules.dep).
+// They make a different initramfs from the one-host guest's.
+var twoHostModules = []string{"virtio_net"}
+
 // initScript is the guest's /init, run by busybox sh as PID 1. The host's serial ports are:
 // ttyS0 the console (hidden), ttyS1 CMD's stdout, ttyS2 CMD's stderr. /run/rxevm (the 9p
 // share "rxevm") holds setup (the path of soft-roce-setup.sh), hostname and cmd.sh from the
-// host, and gets exit, CMD's exit code.
+// host, and gets exit, CMD's exit code. The kernel command line gives rxevm_rtsoftirq=1 (make
+// ksoftirqd SCHED_FIFO) and, in a two-host run, rxevm_eth=10.77.0.N/24 (put rxe0 on eth0 with
+// that address instead of on a veth pair).
 const initScript = `#!/bin/busybox sh
 /bin/busybox --install -s /bin
 export PATH=/bin
@@ -46,9 +53,17 @@ done
 mkdir $S && mount -t 9p -o $p9 rxevm $S || die "mount the run share (9p)"
 hostname "$(cat $S/hostname)"
 
-ch sh -ec 'ip link set lo up; ip link add veth0 type veth peer name veth1
-	ip addr add 10.99.0.1/24 dev veth0; ip link set veth0 up; ip link set veth1 up' || die "veth setup failed"
-ch bash "$(cat $S/setup)" veth0 || die "soft-roce setup failed"
+# One host: rxe0 on one end of a veth pair. Two hosts (rxevm_eth=ADDR/24 on the kernel command
+# line): rxe0 on the virtio NIC eth0, whose wire leads to the other guest.
+if [ -n "$rxevm_eth" ]; then
+	nd=eth0 addr=$rxevm_eth
+	ch sh -ec 'ip addr add "$1" dev eth0; ip link set eth0 up; ip link set lo up' sh "$addr" || die "eth0 setup failed"
+else
+	nd=veth0 addr=10.99.0.1/24
+	ch sh -ec 'ip link set lo up; ip link add veth0 type veth peer name veth1
+		ip addr add 10.99.0.1/24 dev veth0; ip link set veth0 up; ip link set veth1 up' || die "veth setup failed"
+fi
+ch bash "$(cat $S/setup)" $nd || die "soft-roce setup failed"
 # rxe does its work in softirqs. With every vCPU busy polling a CQ, a woken ksoftirqd waits
 # for the next tick (4 ms): make it a real-time thread, as the work of a NIC would be.
 if [ "$rxevm_rtsoftirq" = 1 ]; then
@@ -58,7 +73,7 @@ fi
 
 exec 3>/dev/ttyS1 4>/dev/ttyS2
 stty raw -echo <&3 && stty raw -echo <&4 || die "stty"
-echo "rxevm: RDMA device $(ls $R/sys/class/infiniband) on veth0 (10.99.0.1), guest up in $(cut -d' ' -f1 /proc/uptime) s" >&4
+echo "rxevm: RDMA device $(ls $R/sys/class/infiniband) on $nd (${addr%/*}), guest up in $(cut -d' ' -f1 /proc/uptime) s" >&4
 ch sh /run/rxevm/cmd.sh </dev/null >&3 2>&4
 code=$?
 kill -9 -1

@@ -30,6 +30,36 @@
 //	go test -exec 'go run github.com/onesided/rma/test/rxevm --' ./verbs
 //
 // Note that go run always exits 1 when the program fails: build rxevm to get CMD's exit code.
+//
+// # Two hosts
+//
+//	rxevm -hosts 2 [flags] [--] CMD0 [ARGS...] ::: CMD1 [ARGS...]
+//	rxevm -hosts 2 [flags] [--] CMD [ARGS...]
+//
+// With -hosts 2, rxevm boots two guests (always, even on a host with an RDMA device), host0
+// and host1, each with 1 vCPU and 2 GiB unless -smp and -mem say otherwise, and runs CMD0 on
+// host0 and CMD1 on host1, both in rxevm's working directory; with no ":::", both hosts run
+// the same CMD. Each guest has a virtio NIC eth0, 10.77.0.1/24 on host0 and 10.77.0.2/24 on
+// host1, and the Soft-RoCE device rxe0 on it (GID index 1 is the RoCE v2 IPv4 GID). The two
+// NICs are joined by qemu's socket netdev in its UDP form, over two free ports of the host's
+// loopback: a wire with no other hosts on it, where a killed guest is a host that died. The
+// guests' hostnames are rxevm's with "-host0" and "-host1" appended. Besides the variables
+// of the one-host guest, each command gets RMA_HOST (0 or 1), RMA_HOSTS (2) and RMA_HOST_ADDR
+// (its own address, 10.77.0.1 or 10.77.0.2).
+//
+// Every line that a command writes comes out on rxevm's stdout or stderr, live, prefixed with
+// "[host0] " or "[host1] "; qemu's own messages with "[hostN qemu] ", and the consoles (with
+// -v) with "[hostN console] ". At the end rxevm prints both exit codes on stderr. It exits 0
+// if both commands succeed; else with the exit code of the first host (host0 first) whose
+// command failed; 124 on timeout, which kills both guests; 125 when a guest stopped before
+// its command ended (its console is then printed). When one command fails or its guest dies,
+// the other guest is killed -linger later, as its command may be waiting for the first.
+//
+// The guests' vCPU threads run at nice -vcpunice (default 19), so that busy-polling guests do
+// not starve qemu's main loop, which moves their frames and serves 9p. Example, perftest
+// across the hosts:
+//
+//	rxevm -hosts 2 -- ib_write_lat -d rxe0 -x 1 -n 200 10.77.0.2 ::: ib_write_lat -d rxe0 -x 1 -n 200
 package main
 
 import (
@@ -70,6 +100,10 @@ type options struct {
 	verbose bool
 	kargs   string
 	rt      bool
+
+	hosts    int           // 1, or 2 for two guests on one wire
+	linger   time.Duration // with two hosts: how long the other host may run after one fails
+	vcpuNice int           // with two hosts: nice value of the guests' vCPU threads
 }
 
 func main() {
@@ -85,11 +119,20 @@ func main() {
 	flag.BoolVar(&o.verbose, "v", false, "show the guest's console (kernel and init messages) on stderr")
 	flag.BoolVar(&o.rt, "rtsoftirq", true, "make the guest's ksoftirqd threads SCHED_FIFO, so that rxe is not starved by busy polling (else ~4 ms per message with every vCPU polling)")
 	flag.StringVar(&o.kargs, "kargs", "", "extra guest kernel command line `args` (e.g. loglevel=7 with -v)")
+	flag.IntVar(&o.hosts, "hosts", 1, "1, or 2: boot two guests joined by a virtual Ethernet wire and run CMD0 ::: CMD1 on them")
+	flag.DurationVar(&o.linger, "linger", time.Minute, "with -hosts 2: when one host's command fails or its guest dies, kill the other guest this long after (0: wait for it, up to -timeout)")
+	flag.IntVar(&o.vcpuNice, "vcpunice", 19, "with -hosts 2: nice value of the guests' vCPU threads (0: leave them)")
 	flag.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: rxevm [flags] [--] CMD [ARGS...]\n\n"+
+		fmt.Fprintf(os.Stderr, "usage: rxevm [flags] [--] CMD [ARGS...]\n"+
+			"       rxevm -hosts 2 [flags] [--] CMD0 [ARGS...] [::: CMD1 [ARGS...]]\n\n"+
 			"Run CMD where an RDMA device is available: on the host if it has one, else in a qemu\n"+
 			"guest with Soft-RoCE device rxe0 on veth0 (10.99.0.1). Exits with CMD's exit code\n"+
-			"(124: timeout, 125: rxevm failed).\n\nflags:\n")
+			"(124: timeout, 125: rxevm failed).\n\n"+
+			"With -hosts 2, run CMD0 on host0 and CMD1 on host1 (both CMD0 without :::), two guests\n"+
+			"whose rxe0 sit on eth0, 10.77.0.1 and 10.77.0.2, joined by a virtual wire; output lines\n"+
+			"are prefixed with [host0] or [host1]; RMA_HOST, RMA_HOSTS and RMA_HOST_ADDR tell each\n"+
+			"command where it runs. Exits 0 if both succeed, else with the first failing host's code.\n\n"+
+			"flags:\n")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
@@ -103,14 +146,43 @@ func main() {
 		fmt.Fprintf(os.Stderr, "rxevm: -vm must be auto, always or never, not %q\n", o.vm)
 		os.Exit(2)
 	}
+	var hostCmds [][]string
+	switch o.hosts {
+	case 1:
+	case 2:
+		if o.vm == "never" {
+			fmt.Fprintln(os.Stderr, "rxevm: -hosts 2 boots two guests: it cannot be used with -vm never")
+			os.Exit(2)
+		}
+		set := map[string]bool{}
+		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["smp"] {
+			o.smp = 1
+		}
+		if !set["mem"] {
+			o.mem = 2048
+		}
+		var err error
+		if hostCmds, err = splitHosts(flag.Args(), o.hosts); err != nil {
+			fmt.Fprintf(os.Stderr, "rxevm: %v\n", err)
+			flag.Usage()
+			os.Exit(2)
+		}
+	default:
+		fmt.Fprintf(os.Stderr, "rxevm: -hosts must be 1 or 2, not %d\n", o.hosts)
+		os.Exit(2)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	var code int
 	var err error
-	if o.vm == "never" || (o.vm == "auto" && hostHasRDMA()) {
+	switch {
+	case o.hosts == 2:
+		code, err = runTwoHosts(ctx, o, hostCmds)
+	case o.vm == "never" || (o.vm == "auto" && hostHasRDMA()):
 		code, err = runOnHost(ctx, o, flag.Args())
-	} else {
+	default:
 		code, err = runInVM(ctx, o, flag.Args())
 	}
 	switch {

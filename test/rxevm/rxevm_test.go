@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -27,6 +28,9 @@ kernel/drivers/virtio/virtio_pci_modern_dev.ko:
 kernel/drivers/virtio/virtio_pci.ko: kernel/drivers/virtio/virtio_pci_modern_dev.ko kernel/drivers/virtio/virtio_pci_legacy_dev.ko kernel/drivers/virtio/virtio.ko kernel/drivers/virtio/virtio_ring.ko
 kernel/net/9p/9pnet_virtio.ko: kernel/drivers/virtio/virtio.ko kernel/net/9p/9pnet.ko kernel/drivers/virtio/virtio_ring.ko
 kernel/drivers/net/dummy.ko:
+kernel/drivers/net/virtio_net.ko: kernel/drivers/net/net_failover.ko kernel/net/core/failover.ko kernel/drivers/virtio/virtio.ko kernel/drivers/virtio/virtio_ring.ko
+kernel/drivers/net/net_failover.ko: kernel/net/core/failover.ko
+kernel/net/core/failover.ko:
 kernel/fs/overlayfs/overlay.ko.xz:
 `
 
@@ -138,5 +142,99 @@ func TestModName(t *testing.T) {
 		if got := modName(in); got != want {
 			t.Errorf("modName(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestTwoHostModules checks that a two-host guest loads virtio_net after failover and
+// net_failover, and that the one-host guest's modules do not change.
+func TestTwoHostModules(t *testing.T) {
+	want := []string{"virtio_pci", "9pnet_virtio", "9p", "overlay", "crc32-generic", "rdma_rxe", "veth"}
+	one, err := loadOrder(strings.NewReader(modulesDep), want, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	two, err := loadOrder(strings.NewReader(modulesDep), append(want, twoHostModules...), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(two[:len(one)], one) {
+		t.Errorf("two-host modules %v do not start with the one-host modules %v", two, one)
+	}
+	added := []string{}
+	for _, f := range two[len(one):] {
+		added = append(added, modName(f))
+	}
+	if w := []string{"failover", "net_failover", "virtio_net"}; !reflect.DeepEqual(added, w) {
+		t.Errorf("two-host guest adds %v, want %v", added, w)
+	}
+	for _, f := range one {
+		if strings.Contains(f, "failover") || strings.Contains(f, "virtio_net") {
+			t.Errorf("one-host guest loads %s", f)
+		}
+	}
+}
+
+func TestSplitHosts(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want [][]string // nil: an error
+	}{
+		{[]string{"a", "x", ":::", "b"}, [][]string{{"a", "x"}, {"b"}}},
+		{[]string{"a", "x"}, [][]string{{"a", "x"}, {"a", "x"}}},
+		{[]string{"sh", "-c", "echo :::", ":::", "b", ":::x"}, [][]string{{"sh", "-c", "echo :::"}, {"b", ":::x"}}},
+		{[]string{"a", ":::", "b", ":::", "c"}, nil},
+		{[]string{"a", ":::"}, nil},
+		{[]string{":::", "b"}, nil},
+		{[]string{":::"}, nil},
+	} {
+		got, err := splitHosts(c.args, 2)
+		if c.want == nil {
+			if err == nil {
+				t.Errorf("splitHosts(%q) = %q, want an error", c.args, got)
+			}
+			continue
+		}
+		if err != nil || !reflect.DeepEqual(got, c.want) {
+			t.Errorf("splitHosts(%q) = %q, %v; want %q", c.args, got, err, c.want)
+		}
+	}
+}
+
+func TestHostWire(t *testing.T) {
+	env := hostEnv(1, 2)
+	if w := []string{"RMA_HOST=1", "RMA_HOSTS=2", "RMA_HOST_ADDR=10.77.0.2"}; !reflect.DeepEqual(env, w) {
+		t.Errorf("hostEnv(1, 2) = %q, want %q", env, w)
+	}
+	ports := [2]int{4001, 4002}
+	for i, want := range [][]string{
+		{"-netdev", "socket,id=n0,udp=127.0.0.1:4002,localaddr=127.0.0.1:4001", "-device", "virtio-net-pci,netdev=n0,mac=52:54:00:77:00:01"},
+		{"-netdev", "socket,id=n0,udp=127.0.0.1:4001,localaddr=127.0.0.1:4002", "-device", "virtio-net-pci,netdev=n0,mac=52:54:00:77:00:02"},
+	} {
+		if got := netdevArgs(i, ports); !reflect.DeepEqual(got, want) {
+			t.Errorf("netdevArgs(%d) = %q, want %q", i, got, want)
+		}
+	}
+	p, err := freeUDPPorts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p[0] == p[1] || p[0] <= 0 || p[1] <= 0 {
+		t.Errorf("freeUDPPorts = %v", p)
+	}
+	if got := kernelArgs(options{rt: true, kargs: "loglevel=7"}, "rxevm_eth=10.77.0.1/24"); !strings.HasSuffix(got, " rxevm_rtsoftirq=1 rxevm_eth=10.77.0.1/24 loglevel=7") {
+		t.Errorf("kernelArgs = %q", got)
+	}
+}
+
+func TestPrefixWriter(t *testing.T) {
+	var b bytes.Buffer
+	var mu sync.Mutex
+	w := &prefixWriter{mu: &mu, w: &b, prefix: "[host1] "}
+	for _, s := range []string{"a", "b\r\nc\n", "", "\nd\re", "f"} {
+		w.Write([]byte(s))
+	}
+	w.Flush()
+	if want := "[host1] ab\n[host1] c\n[host1] \n[host1] d\ref\n"; b.String() != want {
+		t.Errorf("got %q, want %q", b.String(), want)
 	}
 }

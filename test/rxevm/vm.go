@@ -16,23 +16,32 @@ func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "rxevm: "+format+"\n", args...)
 }
 
-// runInVM boots the guest and runs args in it; it returns CMD's exit code.
-func runInVM(ctx context.Context, o options, args []string) (int, error) {
+// guestFiles is what every guest boots from and runs in.
+type guestFiles struct {
+	kernel *kernel
+	initrd string // the initramfs
+	setup  string // absolute path of soft-roce-setup.sh
+	wd     string // the working directory of the command(s)
+}
+
+// prepare installs what is missing and finds or builds the kernel and the initramfs, with
+// the guest modules plus extra.
+func prepare(o options, extra []string) (*guestFiles, error) {
 	if err := installMissing(); err != nil {
-		return 0, err
+		return nil, err
 	}
 	setup, err := o.setup, error(nil)
 	if setup == "" {
 		if setup, err = findSetup(); err != nil {
-			return 0, err
+			return nil, err
 		}
 	}
 	if setup, err = filepath.Abs(setup); err != nil {
-		return 0, err
+		return nil, err
 	}
 	wd, err := os.Getwd()
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	if wd == "/run" || strings.HasPrefix(wd, "/run/") {
 		logf("warning: %s is hidden in the guest by a tmpfs on /run", wd)
@@ -40,17 +49,66 @@ func runInVM(ctx context.Context, o options, args []string) (int, error) {
 
 	pkg, err := kernelPackage(o.cache)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	k, err := fetchKernel(o.cache, pkg)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	var extra []string
 	if o.modules != "" {
-		extra = strings.Split(o.modules, ",")
+		extra = append(extra, strings.Split(o.modules, ",")...)
 	}
 	initrd, err := initramfs(o.cache, k, extra)
+	if err != nil {
+		return nil, err
+	}
+	return &guestFiles{kernel: k, initrd: initrd, setup: setup, wd: wd}, nil
+}
+
+// qemuArgs returns qemu's arguments for a guest of g with the run share share, whose serial
+// ports are the files 3, 4 and 5 that qemu inherits (console, CMD's stdout, CMD's stderr).
+func qemuArgs(o options, g *guestFiles, share, kargs string) []string {
+	return []string{
+		"-nodefaults", "-no-user-config", "-no-reboot", "-display", "none",
+		"-accel", "tcg,thread=multi", "-cpu", "max",
+		"-smp", strconv.Itoa(o.smp), "-m", strconv.Itoa(o.mem),
+		"-kernel", g.kernel.bootImage(), "-initrd", g.initrd,
+		"-append", kargs,
+		"-chardev", "file,id=con,path=/dev/fd/3", "-serial", "chardev:con",
+		"-chardev", "file,id=out,path=/dev/fd/4", "-serial", "chardev:out",
+		"-chardev", "file,id=err,path=/dev/fd/5", "-serial", "chardev:err",
+		"-virtfs", "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",
+		"-virtfs", "local,path=" + share + ",mount_tag=rxevm,security_model=none",
+	}
+}
+
+// writeShare writes the files that the guest's /init reads from the run share.
+func writeShare(share, setup, hostname, script string) error {
+	for name, text := range map[string]string{
+		"setup":    setup,
+		"hostname": hostname,
+		"cmd.sh":   script,
+	} {
+		if err := os.WriteFile(filepath.Join(share, name), []byte(text+"\n"), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readExit returns the exit code that the guest wrote into the run share, if it did.
+func readExit(share string) (int, bool) {
+	b, err := os.ReadFile(filepath.Join(share, "exit"))
+	if err != nil {
+		return 0, false
+	}
+	code, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	return code, err == nil
+}
+
+// runInVM boots the guest and runs args in it; it returns CMD's exit code.
+func runInVM(ctx context.Context, o options, args []string) (int, error) {
+	g, err := prepare(o, nil)
 	if err != nil {
 		return 0, err
 	}
@@ -65,14 +123,8 @@ func runInVM(ctx context.Context, o options, args []string) (int, error) {
 	if host == "" {
 		host = "rxevm"
 	}
-	for name, text := range map[string]string{
-		"setup":    setup,
-		"hostname": host,
-		"cmd.sh":   commandScript(guestEnv(os.Environ(), o.env), wd, args),
-	} {
-		if err := os.WriteFile(filepath.Join(share, name), []byte(text+"\n"), 0o644); err != nil {
-			return 0, err
-		}
+	if err := writeShare(share, g.setup, host, commandScript(guestEnv(os.Environ(), o.env), g.wd, args)); err != nil {
+		return 0, err
 	}
 
 	// Serial ports: ttyS0 the console, ttyS1 CMD's stdout, ttyS2 CMD's stderr,
@@ -90,18 +142,7 @@ func runInVM(ctx context.Context, o options, args []string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	cmd := exec.CommandContext(ctx, qemu,
-		"-nodefaults", "-no-user-config", "-no-reboot", "-display", "none",
-		"-accel", "tcg,thread=multi", "-cpu", "max",
-		"-smp", strconv.Itoa(o.smp), "-m", strconv.Itoa(o.mem),
-		"-kernel", k.bootImage(), "-initrd", initrd,
-		"-append", kernelArgs(o),
-		"-chardev", "file,id=con,path=/dev/fd/3", "-serial", "chardev:con",
-		"-chardev", "file,id=out,path=/dev/fd/4", "-serial", "chardev:out",
-		"-chardev", "file,id=err,path=/dev/fd/5", "-serial", "chardev:err",
-		"-virtfs", "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",
-		"-virtfs", "local,path="+share+",mount_tag=rxevm,security_model=none",
-	)
+	cmd := exec.CommandContext(ctx, qemu, qemuArgs(o, g, share, kernelArgs(o))...)
 	cmd.ExtraFiles = writers
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
@@ -126,12 +167,8 @@ func runInVM(ctx context.Context, o options, args []string) (int, error) {
 	werr := cmd.Wait()
 	wg.Wait()
 
-	b, err := os.ReadFile(filepath.Join(share, "exit"))
-	if err == nil {
-		code, err := strconv.Atoi(strings.TrimSpace(string(b)))
-		if err == nil {
-			return code, nil
-		}
+	if code, ok := readExit(share); ok {
+		return code, nil
 	}
 	if t, ok := console.(*tail); ok && len(t.buf) > 0 {
 		fmt.Fprintf(os.Stderr, "rxevm: guest console:\n%s\n", t.buf)
@@ -147,10 +184,14 @@ func runInVM(ctx context.Context, o options, args []string) (int, error) {
 
 // kernelArgs is the guest kernel's command line. Parameters like rxevm_x=y reach /init as
 // environment variables.
-func kernelArgs(o options) string {
+// Parameters in more (e.g. rxevm_eth=10.77.0.1/24) come before -kargs.
+func kernelArgs(o options, more ...string) string {
 	args := "console=ttyS0 quiet loglevel=1 panic=-1 edd=off mitigations=off"
 	if o.rt {
 		args += " rxevm_rtsoftirq=1"
+	}
+	for _, a := range more {
+		args += " " + a
 	}
 	return strings.TrimSpace(args + " " + o.kargs)
 }
