@@ -47,11 +47,14 @@ integration: tools
 
 # Two hosts: the test VM's two-host mode boots two guests, each with its own
 # rxe0 on a virtio-net NIC, joined by a UDP wire, and runs TestTwoHost with
-# one rank per guest.
+# one rank per guest. host1's NIC has a 9000-byte MTU (rxe0 then runs at
+# 4096, host0's at 1024): the ranks must agree on the smaller path MTU.
+TWOHOST_TEST := $(BIN)/integration.test -test.v -test.count=1 -test.run=TestTwoHost
 twohost: tools
 	$(GO) test -c -tags integration -o $(BIN)/integration.test ./test
 	RMA_SECRET=$$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n') \
-		$(RXEVM) -hosts 2 -timeout 10m -- $(BIN)/integration.test -test.v -test.count=1 -test.run '^TestTwoHost$$'
+		$(RXEVM) -hosts 2 -timeout 10m -- $(TWOHOST_TEST) \
+		::: sh -c 'ip link set eth0 mtu 9000 && sleep 1 && ibv_devinfo -d rxe0 | grep active_mtu && exec $(TWOHOST_TEST)'
 
 demo: tools
 	$(RXEVM) -- $(BIN)/rmarun -n 4 $(BIN)/accumulate
