@@ -5,7 +5,7 @@
 GO      ?= go
 BIN     := $(CURDIR)/.cache/bin
 RXEVM   := $(BIN)/rxevm
-FUZZTIME ?= 5s
+FUZZTIME ?= 100000x
 
 .PHONY: all test deps unit nocgo fuzz integration twohost demo bench tools clean
 
