@@ -75,7 +75,7 @@ func (g *Group) Split(ctx context.Context, color, key int) (*Group, error) {
 	sub := -1
 	world := make([]int, len(members))
 	for i, m := range members {
-		world[i] = g.worldRank(m.rank)
+		world[i] = g.FabricRank(m.rank)
 		if m.rank == g.Rank() {
 			sub = i
 		}
@@ -127,18 +127,14 @@ func subSecret(secret []byte, serial uint64, color int) []byte {
 	return m.Sum(nil)
 }
 
-// worldRank is the rank, among the processes the RDMA connections join,
-// of this group's rank r.
-func (g *Group) worldRank(r int) int {
+// FabricRank translates a rank of g into the rank of the same process in
+// g.Fabric() (they differ in a subgroup made by Split).
+func (g *Group) FabricRank(r int) int {
 	if g.world == nil {
 		return r
 	}
 	return g.world[r]
 }
-
-// FabricRank translates a rank of g into the rank of the same process in
-// g.Fabric() (they differ in a subgroup made by Split).
-func (g *Group) FabricRank(r int) int { return g.worldRank(r) }
 
 // FabricRanks is FabricRank for every rank of g, in rank order (nil when
 // the two rankings are the same).

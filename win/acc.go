@@ -144,40 +144,18 @@ func (w *Window) check(ctx context.Context, o op.Op, use op.Use, origin, result 
 	if err := w.checkEpoch(t.Rank); err != nil {
 		return 0, dest{}, err
 	}
-	if t.Count < 0 {
-		return 0, dest{}, fmt.Errorf("%w: negative target count %d", ErrInvalid, t.Count)
-	}
-	empty := t.Count == 0 || t.Type.Size() == 0
-	check := func(name string, b *Buffer) error {
-		if !b.Type.Valid() || b.Count < 0 {
-			return fmt.Errorf("%w: %s has %d x an invalid datatype", ErrInvalid, name, b.Count)
-		}
-		if bempty := b.Count == 0 || b.Type.Size() == 0; empty || bempty {
-			if empty != bempty {
-				return fmt.Errorf("%w: %s has %d x %v, the target %d x %v: type signatures differ",
-					ErrInvalid, name, b.Count, b.Type, t.Count, t.Type)
-			}
-			return nil
-		}
-		if b.Type.Basic() != basic {
-			return fmt.Errorf("%w: %s datatype is not built from the target's %v", ErrInvalid, name, basic)
-		}
-		if !datatype.SameSignature(b.Count, b.Type, t.Count, t.Type) {
-			return fmt.Errorf("%w: %s has %d x %v, the target %d x %v: type signatures differ",
-				ErrInvalid, name, b.Count, b.Type, t.Count, t.Type)
-		}
-		if err := b.Type.Fits(b.Count, int64(len(b.Data)), 0); err != nil {
-			return fmt.Errorf("%w: %s buffer of %d bytes: %w", ErrInvalid, name, len(b.Data), err)
-		}
-		return nil
-	}
+	// Origin and result match the target as a Put's origin or a Get's
+	// result does (checkData); origin may have no data for NO_OP.
+	empty := false
 	if o != op.NoOp || use == op.Accumulate {
-		if err := check("origin", origin); err != nil {
+		var err error
+		if empty, err = checkData("origin", origin, t); err != nil {
 			return 0, dest{}, err
 		}
 	}
 	if result != nil {
-		if err := check("result", result); err != nil {
+		var err error
+		if empty, err = checkData("result", result, t); err != nil {
 			return 0, dest{}, err
 		}
 	}

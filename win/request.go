@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/onesided/rma/datatype"
 	"github.com/onesided/rma/fallback"
@@ -539,7 +537,7 @@ func Waitany(ctx context.Context, reqs []*Request) (int, error) {
 			}
 			continue
 		}
-		if err := pollBackoff(ctx, i); err != nil {
+		if err := fabric.Backoff(ctx, i); err != nil {
 			return Undefined, err
 		}
 	}
@@ -592,7 +590,7 @@ func Waitsome(ctx context.Context, reqs []*Request, indices []int) ([]int, error
 		if !active || len(indices) > n {
 			return indices, errors.Join(errs...)
 		}
-		if err := pollBackoff(ctx, i); err != nil {
+		if err := fabric.Backoff(ctx, i); err != nil {
 			return indices, err
 		}
 	}
@@ -610,24 +608,4 @@ func onlyActive(reqs []*Request) int {
 		}
 	}
 	return one
-}
-
-// pollBackoff paces the polling of several requests: it yields the CPU for
-// a while, then sleeps up to 64us between polls.
-func pollBackoff(ctx context.Context, i int) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if i < 64 {
-		runtime.Gosched()
-		return nil
-	}
-	t := time.NewTimer(time.Microsecond << min((i-64)/8, 6))
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

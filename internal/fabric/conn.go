@@ -485,15 +485,9 @@ func (f *Fabric) begin(rank int, gen uint32) {
 			f.lose(rank, fmt.Errorf("reconnecting the loopback pair: %w", err))
 			return
 		}
-		c.connected = true
-		f.m.recvMu.Lock()
-		err := f.postReceives(rank, c)
-		f.m.recvMu.Unlock()
-		if err != nil {
-			f.lose(rank, fmt.Errorf("posting receives: %w", err))
-			return
+		if f.receiving(rank, c) {
+			f.up(rank)
 		}
-		f.up(rank)
 		return
 	}
 	var msg [sigHeader + verbs.EndpointSize]byte
@@ -569,6 +563,20 @@ func (f *Fabric) onSignal(rank int, msg []byte) {
 	}
 }
 
+// receiving marks the connected c as such and posts its receive buffers;
+// if that fails, rank is lost and receiving reports false.
+func (f *Fabric) receiving(rank int, c *conn) bool {
+	c.connected = true
+	f.m.recvMu.Lock()
+	err := f.postReceives(rank, c)
+	f.m.recvMu.Unlock()
+	if err != nil {
+		f.lose(rank, fmt.Errorf("posting receives: %w", err))
+		return false
+	}
+	return true
+}
+
 // connectNext connects the new connection to the peer's endpoint, posts
 // its receives and tells the peer it is ready.
 func (f *Fabric) connectNext(rank int) {
@@ -578,12 +586,7 @@ func (f *Fabric) connectNext(rank int) {
 		f.lose(rank, fmt.Errorf("connecting its new queue pair: %w", err))
 		return
 	}
-	c.connected = true
-	f.m.recvMu.Lock()
-	err := f.postReceives(rank, c)
-	f.m.recvMu.Unlock()
-	if err != nil {
-		f.lose(rank, fmt.Errorf("posting receives: %w", err))
+	if !f.receiving(rank, c) {
 		return
 	}
 	var msg [sigHeader]byte

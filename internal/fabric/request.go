@@ -191,7 +191,7 @@ func (op *ReadOp) Complete(ctx context.Context) error {
 			// (harvested as their pieces finish) or the fabric's slots or
 			// chunks are all in use. Poll and retry.
 			f.Progress()
-			if err := readBackoff(ctx, i); err != nil {
+			if err := Backoff(ctx, i); err != nil {
 				return err
 			}
 			i++
@@ -435,9 +435,11 @@ func (rs *Reads) harvestOthers(op *ReadOp) {
 	}
 }
 
-// readBackoff waits a little longer each time, up to 100us, while a read
-// waits for resources other goroutines hold.
-func readBackoff(ctx context.Context, i int) error {
+// Backoff paces a goroutine that polls for something other goroutines
+// complete (a read waiting for resources, Waitany over several requests):
+// it yields the CPU 64 times, then sleeps a little longer each time, up to
+// 128us. It returns ctx's error once ctx has ended.
+func Backoff(ctx context.Context, i int) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
