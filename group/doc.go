@@ -20,5 +20,9 @@
 //
 // Errors: ErrAuth (secret missing or rejected), ErrRankTaken, ErrConfig,
 // and the verbs errors (verbs.ErrNoDevice, verbs.ErrNotSupported) when the
-// RDMA device cannot be used.
+// RDMA device cannot be used. Join checks, before it opens the device,
+// that the process may open the device's file read-write and that its
+// locked-memory limit holds what the group registers; if not, it fails
+// with a *verbs.LimitError (verbs.ErrResourceLimit) that names the limit,
+// its value, what was needed and the fix.
 package group

@@ -7,6 +7,8 @@ set -euo pipefail
 need=()
 command -v gcc >/dev/null || need+=(gcc)
 [[ -e /usr/include/infiniband/verbs.h ]] || need+=(libibverbs-dev)
+[[ -e /usr/include/rdma/rdma_cma.h ]] || need+=(librdmacm-dev)
+command -v rping >/dev/null || need+=(rdmacm-utils)
 dpkg -s ibverbs-providers >/dev/null 2>&1 || need+=(ibverbs-providers)
 dpkg -s rdma-core >/dev/null 2>&1 || need+=(rdma-core)
 command -v ibv_devinfo >/dev/null || need+=(ibverbs-utils)

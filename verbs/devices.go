@@ -11,6 +11,8 @@ import (
 
 // DeviceInfo names an RDMA device and the network devices it runs over.
 type DeviceInfo struct {
+	// Name is the RDMA device's name (mlx5_0, rxe0); Netdevs the names of
+	// its network devices.
 	Name    string
 	Netdevs []string
 }

@@ -23,5 +23,9 @@
 // Errors: a failed completion is a *CompletionError that errors.Is matches
 // against ErrRemoteAccess, ErrPeerLost, ErrFlushed, ErrRemoteOp or
 // ErrLocal. Without cgo, or outside Linux, every constructor returns
-// ErrNotSupported.
+// ErrNotSupported. A limit of the process or its container gives a
+// *LimitError matching ErrResourceLimit, which names the limit, its value,
+// what was needed and the fix: a device file that Open cannot open
+// read-write, or RLIMIT_MEMLOCK refusing a RegisterMR; CheckAccess makes
+// the same checks up front (limits.go, without cgo).
 package verbs

@@ -14,9 +14,10 @@ import (
 
 // Context is an open RDMA device (C: struct ibv_context).
 type Context struct {
-	p    unsafe.Pointer
-	name string
-	tr   tracked
+	p      unsafe.Pointer
+	name   string
+	cmList unsafe.Pointer // OpenCM: librdmacm's device list holding the context
+	tr     tracked
 }
 
 // Open opens the RDMA device with the given name, or the first one if name is "".
@@ -26,7 +27,7 @@ func Open(name string) (*Context, error) {
 	}
 	p, err := openDevice(name)
 	if err != nil {
-		return nil, err
+		return nil, openError(name, err) // a *LimitError when its device file is missing or refused
 	}
 	c := &Context{p: p, name: deviceName(p)}
 	c.tr.track("device " + c.name)
@@ -41,7 +42,12 @@ func (c *Context) Close() error {
 	if c == nil || c.p == nil {
 		return ErrClosed
 	}
-	err := closeDevice(c.p)
+	var err error
+	if c.cmList != nil {
+		cmFreeDevices(c.cmList) // librdmacm's context stays open: release the reference
+	} else {
+		err = closeDevice(c.p)
+	}
 	c.p = nil
 	c.tr.untrack()
 	return err
@@ -150,7 +156,8 @@ func (pd *PD) RegisterMR(buf []byte, access Access) (*MR, error) {
 	}
 	p, lkey, rkey, err := regMR(pd.p, unsafe.Pointer(&buf[0]), len(buf), access)
 	if err != nil {
-		return nil, err
+		// A *LimitError when RLIMIT_MEMLOCK is what refused it.
+		return nil, registerError(err, uintptr(unsafe.Pointer(&buf[0])), len(buf))
 	}
 	mr := &MR{p: p, buf: buf, lkey: lkey, rkey: rkey}
 	mr.tr.track("MR of " + strconv.Itoa(len(buf)) + " bytes")
@@ -379,6 +386,7 @@ const (
 	QPErr   QPState = 6 // IBV_QPS_ERR
 )
 
+// String returns the C name without its IBV_QPS_ prefix (RTS).
 func (s QPState) String() string {
 	names := [...]string{"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"}
 	if s >= 0 && int(s) < len(names) {
@@ -393,6 +401,7 @@ type QP struct {
 	p         unsafe.Pointer
 	num       uint32
 	maxInline int
+	cmID      unsafe.Pointer // CMID.CreateQP: the rdma_cm id that owns the QP
 	tr        tracked
 }
 
@@ -403,6 +412,9 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 	}
 	if cfg.SendCQ == nil || cfg.RecvCQ == nil || cfg.SendCQ.p == nil || cfg.RecvCQ.p == nil {
 		return nil, fmt.Errorf("%w: QP needs a send and a receive CQ", ErrInvalid)
+	}
+	if cfg.SRQ != nil && cfg.SRQ.p == nil {
+		return nil, ErrClosed
 	}
 	if cfg.MaxSendSGE == 0 {
 		cfg.MaxSendSGE = 1
@@ -460,7 +472,12 @@ func (qp *QP) Close() error {
 	if qp == nil || qp.p == nil {
 		return ErrClosed
 	}
-	err := destroyQP(qp.p)
+	var err error
+	if qp.cmID != nil {
+		cmDestroyQP(qp.cmID)
+	} else {
+		err = destroyQP(qp.p)
+	}
 	qp.p = nil
 	qp.tr.untrack()
 	return err

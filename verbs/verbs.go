@@ -45,6 +45,8 @@ const (
 	AtomicGlob AtomicCap = 2 // IBV_ATOMIC_GLOB: atomic against CPU accesses as well
 )
 
+// String returns the C name without its IBV_ prefix, as ibv_devinfo
+// prints it (ATOMIC_HCA).
 func (a AtomicCap) String() string {
 	switch a {
 	case AtomicNone:
@@ -66,6 +68,8 @@ const (
 	LinkLayerEthernet    LinkLayer = 2 // IBV_LINK_LAYER_ETHERNET (RoCE)
 )
 
+// String returns "InfiniBand" or "Ethernet", as ibv_devinfo prints the
+// link layer (an unspecified one is InfiniBand).
 func (l LinkLayer) String() string {
 	switch l {
 	case LinkLayerInfiniBand, LinkLayerUnspecified:
@@ -86,6 +90,7 @@ const (
 	PortActive PortState = 4 // IBV_PORT_ACTIVE
 )
 
+// String returns the C name without its IBV_PORT_ prefix (ACTIVE).
 func (s PortState) String() string {
 	switch s {
 	case PortDown:
@@ -129,6 +134,7 @@ func MTUFromBytes(n int) MTU {
 	return 0
 }
 
+// String returns the MTU in bytes ("1024"); "0" for a code that is not one.
 func (m MTU) String() string { return strconv.Itoa(m.Bytes()) }
 
 // GIDType (C: enum ibv_gid_type).
@@ -140,6 +146,7 @@ const (
 	GIDTypeRoCEv2 GIDType = 2 // IBV_GID_TYPE_ROCE_V2
 )
 
+// String returns "IB", "RoCE v1" or "RoCE v2".
 func (t GIDType) String() string {
 	switch t {
 	case GIDTypeIB:
@@ -161,10 +168,14 @@ func (g GID) IsZero() bool { return g == GID{} }
 // IPv4 returns the IPv4 address of an IPv4-mapped GID (::ffff:a.b.c.d), or nil.
 func (g GID) IPv4() net.IP { return net.IP(g[:]).To4() }
 
+// String returns the GID as an IP address: dotted decimal for an
+// IPv4-mapped GID (RoCE v2 over IPv4), IPv6 notation otherwise.
 func (g GID) String() string { return net.IP(g[:]).String() }
 
 // GIDEntry is one entry of a port's GID table.
 type GIDEntry struct {
+	// Index is the entry's index in the port's GID table, GID its value and
+	// Type its kind.
 	Index  int
 	GID    GID
 	Type   GIDType
@@ -199,10 +210,15 @@ func DefaultGIDIndex(table []GIDEntry) (int, error) {
 
 // DeviceAttr holds what ibv_query_device reports that this library uses.
 type DeviceAttr struct {
+	// FirmwareVersion (fw_ver), VendorID and VendorPartID identify the device.
 	FirmwareVersion string
 	NodeGUID        uint64 // as ibv_devinfo prints it
 	VendorID        uint32
 	VendorPartID    uint32
+	// MaxMRSize, MaxQP, MaxSGE, MaxCQ, MaxCQE, MaxMR and MaxPD are the device's
+	// limits (max_mr_size, max_qp, max_sge, max_cq, max_cqe, max_mr, max_pd);
+	// AtomicCap is its guarantee for remote atomics (atomic_cap) and
+	// PhysPortCount its number of ports (phys_port_cnt), numbered from 1.
 	MaxMRSize       uint64
 	MaxQP           int
 	MaxQPWR         int // max_qp_wr
@@ -219,6 +235,9 @@ type DeviceAttr struct {
 
 // PortAttr holds what ibv_query_port reports that this library uses.
 type PortAttr struct {
+	// State, MaxMTU, ActiveMTU, LID, LinkLayer, GIDTableLen and MaxMsgSize are
+	// struct ibv_port_attr's state, max_mtu, active_mtu, lid (InfiniBand only),
+	// link_layer, gid_tbl_len and max_msg_sz.
 	State       PortState
 	MaxMTU      MTU
 	ActiveMTU   MTU
@@ -261,6 +280,7 @@ const (
 	WCRecvRDMAImm WCOpcode = 129 // IBV_WC_RECV_RDMA_WITH_IMM
 )
 
+// String returns the C name without its IBV_WC_ prefix (RDMA_WRITE).
 func (o WCOpcode) String() string {
 	switch o {
 	case WCSend:
@@ -320,6 +340,8 @@ var wcStatusNames = [...]string{
 	"fatal error", "response timeout error", "general error",
 }
 
+// String returns the status as ibv_wc_status_str describes it
+// ("remote access error").
 func (s WCStatus) String() string {
 	if s >= 0 && int(s) < len(wcStatusNames) {
 		return wcStatusNames[s]
@@ -345,6 +367,10 @@ func (s WCStatus) class() error {
 // WC is one work completion. Its layout matches the C helper's struct, so a
 // []WC is filled by one cgo call.
 type WC struct {
+	// WRID is the work request's id (wr_id), Status its outcome, Opcode its
+	// kind (valid on success only, on most devices), VendorErr the device's
+	// code for a failure, ByteLen the bytes transferred (for a receive, the
+	// message's length) and QPNum the number of the local QP it belongs to.
 	WRID      uint64
 	Status    WCStatus
 	Opcode    WCOpcode
@@ -367,12 +393,15 @@ func (wc *WC) Err() error {
 // CompletionError is a failed work completion. errors.Is matches it against
 // ErrRemoteAccess, ErrPeerLost, ErrFlushed, ErrRemoteOp or ErrLocal.
 type CompletionError struct {
+	// Status is the failed completion's status, VendorErr the device's code
+	// for it and WRID the work request's id.
 	Status    WCStatus
 	Opcode    WCOpcode // only meaningful for successful completions on most devices
 	VendorErr uint32
 	WRID      uint64
 }
 
+// Error names the status, its number and the vendor error code.
 func (e *CompletionError) Error() string {
 	return fmt.Sprintf("verbs: work completion failed: %s (status %d, vendor error %#x)", e.Status, int(e.Status), e.VendorErr)
 }
@@ -382,6 +411,8 @@ func (e *CompletionError) Is(target error) bool { return target == e.Status.clas
 
 // Local is a scatter/gather element: a range of registered memory.
 type Local struct {
+	// Addr is the start address, Len the length in bytes and LKey the local
+	// key of the memory region that holds the range.
 	Addr uint64
 	Len  uint32
 	LKey uint32
@@ -389,6 +420,9 @@ type Local struct {
 
 // Endpoint is what a peer needs to connect an RC QP to this one.
 type Endpoint struct {
+	// QPN is the QP number and PSN the first packet sequence number (24 bits
+	// each); LID is the port's LID (InfiniBand) and GID the port's source GID
+	// (RoCE, or InfiniBand with a GRH).
 	QPN uint32
 	PSN uint32
 	LID uint16
@@ -464,10 +498,16 @@ func (p *Path) To(remote Endpoint) *Path {
 
 // QPConfig sizes a reliable-connected QP.
 type QPConfig struct {
+	// SendCQ and RecvCQ receive the completions of the send and the receive
+	// queue; MaxSendWR and MaxRecvWR are the queues' depths in work requests,
+	// MaxSendSGE and MaxRecvSGE the scatter/gather elements per work request.
 	SendCQ, RecvCQ *CQ
 	MaxSendWR      int
 	MaxRecvWR      int
 	MaxSendSGE     int
 	MaxRecvSGE     int
 	MaxInlineData  int // asked for; QP.MaxInline says what the device granted
+	// SRQ, if not nil, is the shared receive queue the QP receives from
+	// (MaxRecvWR and MaxRecvSGE are then unused, and QP.PostRecv fails).
+	SRQ *SRQ
 }

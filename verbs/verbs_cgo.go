@@ -92,18 +92,19 @@ static int go_query_gid(struct ibv_context *c, int port, int idx, struct ibv_gid
 	return 0;
 }
 
-static struct ibv_qp *go_create_qp(struct ibv_pd *pd, struct ibv_cq *scq, struct ibv_cq *rcq,
+static struct ibv_qp *go_create_qp(struct ibv_pd *pd, struct ibv_cq *scq, struct ibv_cq *rcq, struct ibv_srq *srq,
 		int swr, int rwr, int ssge, int rsge, int inl, int *max_inline, int *err) {
 	struct ibv_qp_init_attr a;
 	memset(&a, 0, sizeof a);
 	a.send_cq = scq;
 	a.recv_cq = rcq;
+	a.srq = srq;
 	a.qp_type = IBV_QPT_RC;
 	a.sq_sig_all = 0;
 	a.cap.max_send_wr = swr;
-	a.cap.max_recv_wr = rwr;
+	a.cap.max_recv_wr = srq ? 0 : rwr;
 	a.cap.max_send_sge = ssge;
-	a.cap.max_recv_sge = rsge;
+	a.cap.max_recv_sge = srq ? 0 : rsge;
 	a.cap.max_inline_data = inl;
 	struct ibv_qp *qp = ibv_create_qp(pd, &a);
 	if (!qp) { *err = errno ? errno : EINVAL; return NULL; }
@@ -461,7 +462,11 @@ func reqNotify(p unsafe.Pointer) error {
 
 func createQP(pd unsafe.Pointer, c *QPConfig) (unsafe.Pointer, uint32, int, error) {
 	var maxInline, e C.int
-	qp := C.go_create_qp((*C.struct_ibv_pd)(pd), (*C.struct_ibv_cq)(c.SendCQ.p), (*C.struct_ibv_cq)(c.RecvCQ.p),
+	var srq *C.struct_ibv_srq
+	if c.SRQ != nil {
+		srq = (*C.struct_ibv_srq)(c.SRQ.p)
+	}
+	qp := C.go_create_qp((*C.struct_ibv_pd)(pd), (*C.struct_ibv_cq)(c.SendCQ.p), (*C.struct_ibv_cq)(c.RecvCQ.p), srq,
 		C.int(c.MaxSendWR), C.int(c.MaxRecvWR), C.int(c.MaxSendSGE), C.int(c.MaxRecvSGE), C.int(c.MaxInlineData),
 		&maxInline, &e)
 	if qp == nil {

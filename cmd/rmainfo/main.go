@@ -7,10 +7,16 @@
 // compare-and-swap, RDMA WRITE and READ, and accumulates applied by the
 // target engine, each checked and timed.
 //
+// First it reports what the library checks before it forms a group, each
+// ok or with its fix: the locked-memory limit (RLIMIT_MEMLOCK, its hard
+// limit and what the process has pinned), whether the process holds
+// CAP_IPC_LOCK where it lifts that limit, and whether each device's file
+// under /dev/infiniband (and rdma_cm, if present) opens read-write.
+//
 //	rmainfo [-d device] [-probe] [-n iterations] [-json]
 //
-// It exits with 1 when a device cannot be queried or a probe fails, and
-// with 2 when there is no device.
+// It exits with 1 when a device cannot be queried, a device file it needs
+// cannot be opened or a probe fails, and with 2 when there is no device.
 package main
 
 import (
@@ -38,7 +44,56 @@ import (
 
 // Report is what rmainfo prints (-json gives it as is).
 type Report struct {
+	Access  Access   `json:"access"`
 	Devices []Device `json:"devices"`
+}
+
+// Access is what the library checks before it forms a group (see
+// verbs.CheckAccess and verbs.LimitError): locked memory and device files.
+type Access struct {
+	UID         int          `json:"uid"`
+	Memlock     MemlockCheck `json:"memlock"`
+	CapIPCLock  CapCheck     `json:"cap_ipc_lock"`
+	DeviceFiles []FileCheck  `json:"device_files"`
+}
+
+// MemlockCheck is RLIMIT_MEMLOCK, which registered memory counts against.
+// Sizes are bytes, -1 for unlimited (Pinned: -1 when not known).
+type MemlockCheck struct {
+	Soft   int64  `json:"soft_bytes"`
+	Hard   int64  `json:"hard_bytes"`
+	Pinned int64  `json:"pinned_bytes"`
+	Value  string `json:"value"`
+	// OK: nothing limits pinning (unlimited, or CAP_IPC_LOCK held where it
+	// counts). A finite limit is not OK: a group fails at Join when it
+	// needs more (verbs.ErrResourceLimit, naming the bytes it needs).
+	OK   bool   `json:"ok"`
+	Note string `json:"note,omitempty"`
+	Fix  string `json:"fix,omitempty"`
+}
+
+// CapCheck is CAP_IPC_LOCK, which lifts the locked-memory limit.
+type CapCheck struct {
+	Held          bool `json:"held"`           // in the effective set (CapEff)
+	UserNamespace bool `json:"user_namespace"` // in a user namespace other than the initial one, where it does not count
+	// OK: held where it counts, or not needed (the limit is unlimited).
+	OK   bool   `json:"ok"`
+	Note string `json:"note,omitempty"`
+	Fix  string `json:"fix,omitempty"`
+}
+
+// FileCheck is one device file under /dev/infiniband.
+type FileCheck struct {
+	Path     string `json:"path"`
+	Device   string `json:"device,omitempty"` // the RDMA device it serves; "" for rdma_cm
+	Required bool   `json:"required"`         // a group opens it (rdma_cm: only the RDMA CM does)
+	Exists   bool   `json:"exists"`
+	Mode     string `json:"mode,omitempty"` // as ls prints it
+	UID      int    `json:"uid"`
+	GID      int    `json:"gid"`
+	OK       bool   `json:"ok"` // opens read-write
+	Error    string `json:"error,omitempty"`
+	Fix      string `json:"fix,omitempty"`
 }
 
 // Device is one RDMA device.
@@ -140,7 +195,7 @@ func collect(only string, probe bool, iters int) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep := &Report{}
+	rep := &Report{Access: access(only)}
 	for _, d := range devs {
 		if only != "" && d.Name != only {
 			continue
@@ -158,6 +213,99 @@ func collect(only string, probe bool, iters int) (*Report, error) {
 		return nil, errors.New("no RDMA device on this host")
 	}
 	return rep, nil
+}
+
+// access runs the checks the library makes before it forms a group.
+func access(only string) Access {
+	a := Access{UID: os.Getuid()}
+	l := verbs.ReadLimits()
+	bytes := func(n uint64) int64 {
+		if n == verbs.Unlimited {
+			return -1
+		}
+		return int64(n)
+	}
+	m := &a.Memlock
+	m.Soft, m.Hard, m.Pinned = bytes(l.Memlock), bytes(l.MemlockHard), -1
+	if l.PinnedKnown {
+		m.Pinned = int64(l.Pinned)
+	}
+	m.Value = fmt.Sprintf("%s, hard limit %s", sizeText(l.Memlock), sizeText(l.MemlockHard))
+	if l.PinnedKnown {
+		m.Value += fmt.Sprintf(", %s pinned", sizeText(l.Pinned))
+	}
+	m.OK = l.Unbounded()
+	switch {
+	case l.Memlock == verbs.Unlimited:
+		m.Note = "unlimited"
+	case m.OK:
+		m.Note = "CAP_IPC_LOCK lifts the limit"
+	default:
+		m.Note = "a group of N ranks pins about 2 MiB per rank plus 3 MiB with the default options, and each window its size; " +
+			"Join fails with verbs.ErrResourceLimit, naming what it needs, when that does not fit"
+		m.Fix = l.MemlockFix(0) // as a LimitError words it, without a size: that depends on the group
+	}
+	c := &a.CapIPCLock
+	c.Held, c.UserNamespace = l.CapIPCLock, !l.InitUserNS
+	c.OK = l.CapIPCLock && l.InitUserNS || l.Memlock == verbs.Unlimited
+	switch {
+	case !l.CapKnown:
+		c.Note = "not known: /proc/self/status could not be read"
+	case l.CapIPCLock && !l.InitUserNS:
+		c.Note = "held only inside a user namespace, where it does not lift the limit"
+	case l.CapIPCLock:
+		c.Note = "held: the locked-memory limit does not apply"
+	case l.Memlock == verbs.Unlimited:
+		c.Note = "not held, not needed: the limit is unlimited"
+	default:
+		c.Note = "not held, so RLIMIT_MEMLOCK applies"
+		c.Fix = "for it to lift the limit, run as root in the container with `docker run --cap-add IPC_LOCK` or " +
+			"Kubernetes securityContext.capabilities.add: [\"IPC_LOCK\"] (a process that is not root there does not get it)"
+	}
+	for _, f := range verbs.DeviceFiles(only) {
+		fc := FileCheck{Path: f.Path, Device: f.Device, Required: f.Required, Exists: f.Exists, UID: f.UID, GID: f.GID, OK: f.Err == nil}
+		if f.Exists {
+			fc.Mode = lsMode(f.Mode)
+		}
+		if f.Err != nil {
+			fc.Error = f.Err.Error()
+			var le *verbs.LimitError
+			if errors.As(f.Err, &le) {
+				fc.Error, _, _ = strings.Cut(fc.Error, "; fix: ")
+				fc.Fix = le.Fix
+			}
+		}
+		a.DeviceFiles = append(a.DeviceFiles, fc)
+	}
+	return a
+}
+
+// sizeText prints a byte count as "64 KiB (65536 bytes)" or "unlimited".
+func sizeText(n uint64) string {
+	if n == verbs.Unlimited {
+		return "unlimited"
+	}
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB (%d bytes)", n>>20, n)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB (%d bytes)", n>>10, n)
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
+// lsMode prints a file mode as ls does (crw-rw-rw-).
+func lsMode(m os.FileMode) string {
+	kind := "-"
+	switch {
+	case m&os.ModeCharDevice != 0:
+		kind = "c"
+	case m&os.ModeDevice != 0:
+		kind = "b"
+	case m.IsDir():
+		kind = "d"
+	}
+	return kind + m.Perm().String()[1:]
 }
 
 // describe queries one device and its ports.
@@ -373,6 +521,11 @@ func probeCases(w *win.Window) []probeCase {
 }
 
 func (r *Report) failed() bool {
+	for _, f := range r.Access.DeviceFiles {
+		if f.Required && !f.OK {
+			return true
+		}
+	}
 	for _, d := range r.Devices {
 		if d.Error != "" {
 			return true
@@ -397,10 +550,9 @@ func (r *Report) failed() bool {
 }
 
 func (r *Report) print(out io.Writer) {
-	for i, d := range r.Devices {
-		if i > 0 {
-			fmt.Fprintln(out)
-		}
+	r.Access.print(out)
+	for _, d := range r.Devices {
+		fmt.Fprintln(out)
 		fmt.Fprintf(out, "%s (netdevs %s)\n", d.Name, strings.Join(d.Netdevs, ","))
 		if d.Error != "" {
 			fmt.Fprintf(out, "  error: %s\n", d.Error)
@@ -442,6 +594,57 @@ func (r *Report) print(out io.Writer) {
 				}
 				fmt.Fprintf(out, "    %-30s %-20s %6d x  median %8.2f us  %s\n", o.Name, o.Route, o.Iterations, o.MedianUS, status)
 			}
+		}
+	}
+}
+
+func (a *Access) print(out io.Writer) {
+	status := func(ok bool, fix string) string {
+		if ok {
+			return "ok"
+		}
+		if fix == "" {
+			return "NOT OK"
+		}
+		return "NOT OK; fix: " + fix
+	}
+	limited := func(ok bool, fix string) string { // a finite limit: enough or not depends on the group
+		if ok {
+			return "ok"
+		}
+		return "LIMITED; to lift it: " + fix
+	}
+	fmt.Fprintf(out, "access (uid %d):\n", a.UID)
+	m := a.Memlock
+	fmt.Fprintf(out, "  %-34s %s: %s\n", "RLIMIT_MEMLOCK (ulimit -l)", m.Value, limited(m.OK, m.Fix))
+	if !m.OK && m.Note != "" {
+		fmt.Fprintf(out, "  %-34s %s\n", "", m.Note)
+	}
+	c := a.CapIPCLock
+	if c.OK || c.Fix == "" {
+		fmt.Fprintf(out, "  %-34s %s\n", "CAP_IPC_LOCK", c.Note)
+	} else {
+		fmt.Fprintf(out, "  %-34s %s; %s\n", "CAP_IPC_LOCK", c.Note, c.Fix)
+	}
+	if len(a.DeviceFiles) == 0 {
+		fmt.Fprintf(out, "  %-34s none listed in /sys/class/infiniband_verbs (is ib_uverbs loaded?)\n", "device files")
+	}
+	for _, f := range a.DeviceFiles {
+		name := f.Path
+		if f.Device != "" {
+			name += " (" + f.Device + ")"
+		}
+		state := "missing"
+		if f.Exists {
+			state = fmt.Sprintf("%s uid %d gid %d", f.Mode, f.UID, f.GID)
+		}
+		if !f.Required {
+			state += ", needed only by the RDMA connection manager"
+		}
+		if f.OK {
+			fmt.Fprintf(out, "  %-34s %s: ok\n", name, state)
+		} else {
+			fmt.Fprintf(out, "  %-34s %s: %s\n", name, state, status(false, f.Fix))
 		}
 	}
 }

@@ -15,7 +15,7 @@ import (
 // guestModules are the modules the guest loads (with their dependencies, from modules.dep):
 // virtio PCI and 9p for the root file system, overlay for a writable /tmp, veth, rdma_rxe and
 // ib_uverbs, and crc32_generic, which rxe asks the crypto API for (no modprobe to load it).
-var guestModules = []string{"virtio_pci", "9pnet_virtio", "9p", "overlay", "veth", "crc32_generic", "ib_uverbs", "rdma_rxe"}
+var guestModules = []string{"virtio_pci", "9pnet_virtio", "9p", "overlay", "veth", "crc32_generic", "ib_uverbs", "rdma_rxe", "rdma_ucm"}
 
 // twoHostModules are the modules that a guest of a two-host run loads besides guestModules:
 // the virtio NIC's driver (with its dependencies failover and net_failover, from modules.dep).
