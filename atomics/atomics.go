@@ -52,6 +52,8 @@ const (
 	NICCompareSwapLoop
 )
 
+// String returns the route's name, as the routing tables and benchmarks
+// print it ("nic-fetch-add").
 func (r Route) String() string {
 	switch r {
 	case Engine:
@@ -73,8 +75,8 @@ func (r Route) NIC() bool { return r != Engine }
 
 // Pair is an (op, datatype) pair a window declares it will use.
 type Pair struct {
-	Op    op.Op
-	Basic datatype.Basic
+	Op    op.Op          // the accumulate op
+	Basic datatype.Basic // the datatype it is applied to
 }
 
 // Policy is a window's routing, fixed when the window is created.

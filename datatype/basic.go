@@ -85,28 +85,28 @@ const MaxBasic = Int16Int
 type (
 	// PairFloat32Int is the element of [Float32Int] (MPI_FLOAT_INT).
 	PairFloat32Int struct {
-		V float32
-		I int32
+		V float32 // the value
+		I int32   // the index (MAXLOC and MINLOC keep the lower one of equal values)
 	}
 	// PairFloat64Int is the element of [Float64Int] (MPI_DOUBLE_INT).
 	PairFloat64Int struct {
-		V float64
-		I int32
+		V float64 // the value
+		I int32   // the index (MAXLOC and MINLOC keep the lower one of equal values)
 	}
 	// PairInt64Int is the element of [Int64Int] (MPI_LONG_INT).
 	PairInt64Int struct {
-		V int64
-		I int32
+		V int64 // the value
+		I int32 // the index (MAXLOC and MINLOC keep the lower one of equal values)
 	}
 	// PairInt32Int is the element of [Int32Int] (MPI_2INT).
 	PairInt32Int struct {
-		V int32
-		I int32
+		V int32 // the value
+		I int32 // the index (MAXLOC and MINLOC keep the lower one of equal values)
 	}
 	// PairInt16Int is the element of [Int16Int] (MPI_SHORT_INT).
 	PairInt16Int struct {
-		V int16
-		I int32
+		V int16 // the value
+		I int32 // the index (MAXLOC and MINLOC keep the lower one of equal values)
 	}
 )
 

@@ -26,6 +26,7 @@ type Error struct {
 	Msg string // what was wrong
 }
 
+// Error returns the message, prefixed with "datatype: ".
 func (e *Error) Error() string { return "datatype: " + e.Msg }
 
 // Unwrap returns the sentinel.

@@ -147,6 +147,8 @@ type Error struct {
 	Msg string
 }
 
+// Error says whether the target refused the request or it failed
+// locally, the reason and what exactly was wrong.
 func (e *Error) Error() string {
 	var sb strings.Builder
 	if e.Remote {

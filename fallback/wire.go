@@ -91,6 +91,7 @@ const (
 // Valid reports whether k is a known kind.
 func (k Kind) Valid() bool { return k >= 1 && k < numKinds }
 
+// String returns the name of the call the kind carries ("GetAccumulate").
 func (k Kind) String() string {
 	switch k {
 	case KindAccumulate:
@@ -106,6 +107,7 @@ func (k Kind) String() string {
 // Request is an active message asking a target to apply an accumulate to
 // its window.
 type Request struct {
+	// Kind is the call the request carries out at the target.
 	Kind Kind
 	// Op is the operation; not sent for KindCompareAndSwap (encoded as 0
 	// and decoded as 0).

@@ -115,6 +115,8 @@ const (
 // of MPI_Get_accumulate.
 const FetchAndOp = GetAccumulate
 
+// String names the kind of call as the error messages do: "Accumulate",
+// "GetAccumulate" or "a collective".
 func (u Use) String() string {
 	switch u {
 	case Accumulate:
@@ -147,13 +149,14 @@ var (
 // Error describes why an op cannot be applied. Fields that do not apply are
 // zero.
 type Error struct {
-	Op    Op
-	Basic datatype.Basic
-	Use   Use
-	Err   error // the sentinel: ErrOpDatatype, ErrOpUse, ErrLength or ErrInvalid
-	Msg   string
+	Op    Op             // the op asked for
+	Basic datatype.Basic // the datatype it was asked on
+	Use   Use            // the call it was asked in
+	Err   error          // the sentinel: ErrOpDatatype, ErrOpUse, ErrLength or ErrInvalid
+	Msg   string         // what was wrong
 }
 
+// Error returns the message, prefixed with "op: ".
 func (e *Error) Error() string { return "op: " + e.Msg }
 
 // Unwrap returns the sentinel.

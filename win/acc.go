@@ -15,9 +15,9 @@ import (
 // Buffer is origin or result memory described by an MPI datatype: Count
 // instances of Type, the first starting at Data[0] (plus Type's lower bound).
 type Buffer struct {
-	Data  []byte
-	Type  datatype.Type
-	Count int
+	Data  []byte        // the memory; the elements Type selects must lie in it
+	Type  datatype.Type // the layout of one instance
+	Count int           // the number of instances, each Type.Extent() bytes after the previous
 }
 
 // Contiguous describes b as len(b)/dt.Size() consecutive elements of dt.
@@ -28,10 +28,10 @@ func Contiguous(b []byte, dt datatype.Basic) Buffer {
 // Region is where an operation lands: Count instances of Type at
 // displacement Disp (in the target's displacement units) of rank Rank's window.
 type Region struct {
-	Rank  int
-	Disp  int
-	Type  datatype.Type
-	Count int
+	Rank  int           // the target rank (or ProcNull)
+	Disp  int           // where instance 0 of Type starts, in the target's displacement units
+	Type  datatype.Type // the layout of one instance in the target's window
+	Count int           // the number of instances
 }
 
 // Accumulate combines origin, len(origin)/dt.Size() elements of dt, into

@@ -59,7 +59,7 @@ func AccumulateOrdering(ordered bool) Option { return func(c *config) { c.ordere
 type Info struct {
 	AccumulateOps      string // "same_op_no_op", "any_op", or the declared pairs
 	AccumulateOrdering string // "rar,raw,war,waw" or "none"
-	Size, DispUnit     int
+	Size, DispUnit     int    // this rank's window size in bytes and displacement unit
 }
 
 // Info returns the window's settings.

@@ -464,10 +464,11 @@ const Undefined = -1
 // Waitsome or Testall (MPI_ERR_IN_STATUS): the error they return joins one
 // per failed request (errors.As finds them, errors.Is sees through them).
 type RequestError struct {
-	Index int // the request's index in the list
-	Err   error
+	Index int   // the request's index in the list
+	Err   error // the request's error
 }
 
+// Error names the request by its index and gives its error.
 func (e *RequestError) Error() string { return fmt.Sprintf("request %d: %v", e.Index, e.Err) }
 
 // Unwrap returns the request's error.
