@@ -19,7 +19,7 @@ tools: deps
 	$(GO) build -o $(RXEVM) ./test/rxevm
 	$(GO) build -o $(BIN)/ ./cmd/rmarun ./cmd/rmainfo ./examples/...
 
-test: deps unit nocgo fuzz integration twohost
+test: deps unit nocgo fuzz integration consumer twohost
 
 unit: deps
 	$(GO) vet ./...
@@ -44,6 +44,12 @@ integration: tools
 	RMA_EXAMPLES_DIR=$(BIN) $(RXEVM) -- sh -c '$(BIN)/integration.test -test.v -test.count=1 -test.timeout=25m && \
 		echo "== race detector ==" && RMA_SOAK_TIME=4s $(BIN)/integration-race.test -test.v -test.count=1 -test.timeout=25m'
 
+# The module used from a module of one's own: hack/consumer.sh builds the
+# README's program and a program calling every public package in a temporary
+# module outside this repository (go mod tidy, build, vet, a CGO_ENABLED=0
+# build that must report verbs.ErrNotSupported), then runs both on rxe.
+consumer: tools
+	GO=$(GO) BIN=$(BIN) bash hack/consumer.sh
 
 # Two hosts: the test VM's two-host mode boots two guests, each with its own
 # rxe0 on a virtio-net NIC, joined by a UDP wire, and runs TestTwoHost with
@@ -60,7 +66,9 @@ demo: tools
 	$(RXEVM) -- $(BIN)/rmarun -n 4 $(BIN)/accumulate
 
 # make bench  perftest and cmd/rmabench on one RDMA device (the test VM's rxe0
-#             when the host has none): one table, and bench-results.json
+#             when the host has none), then across the test VM's two hosts
+#             (rxevm -hosts 2, rows named .../2host): one table, and
+#             bench-results.json
 bench: tools
 	$(GO) build -o $(BIN)/rmabench ./cmd/rmabench
 	RXEVM=$(RXEVM) BIN=$(BIN) bash hack/bench.sh

@@ -87,18 +87,23 @@ func newBench(ctx context.Context, g *group.Group, c *config) (*bench, error) {
 	if err != nil {
 		return nil, err
 	}
-	clk, err := newClock(c.clock)
-	if err != nil {
-		w.Free(ctx)
-		return nil, err
+	first := c.clk == nil // across hosts, a bench is made for each perftest test
+	clk := c.clk
+	if first { // calibrated once per process
+		if clk, err = newClock(c.clock); err != nil {
+			w.Free(ctx)
+			return nil, err
+		}
+		c.clk = clk
 	}
 	b := &bench{g: g, w: w, c: c, out: os.Stdout, clock: clk}
 	if c.jsonOut == "-" {
 		b.out = os.Stderr
 	}
-	p := g.Fabric().Path()
-	fmt.Fprintf(os.Stderr, "rmabench: rank 1 of %d on %s port %d, GID index %d, MTU %d; latency stamped by %v\n",
-		g.Size(), g.Device(), p.Port, p.GIDIndex, p.MTU.Bytes(), clk)
+	if p := g.Path(); first {
+		fmt.Fprintf(os.Stderr, "rmabench: rank 1 of %d on %s port %d, GID index %d, MTU %d; latency stamped by %v\n",
+			g.Size(), g.Device(), p.Port, p.GIDIndex, p.MTU.Bytes(), clk)
+	}
 	b.prog = newProgress(c.progress)
 	if err := w.LockAll(ctx); err != nil {
 		w.Free(ctx)
@@ -277,9 +282,13 @@ func (b *bench) runAll(ctx context.Context) error {
 }
 
 // bwIters is the number of operations of a bandwidth case of size bytes.
-func (b *bench) bwIters(size int) int {
-	n := b.c.itersBW
-	if limit := b.c.bwBytes / int64(size); int64(n) > limit {
+func (b *bench) bwIters(size int) int { return b.c.bwIters(size) }
+
+// bwIters is the number of operations of a bandwidth case of size bytes:
+// -nbw, fewer if they would move more than -bw-bytes.
+func (c *config) bwIters(size int) int {
+	n := c.itersBW
+	if limit := c.bwBytes / int64(size); int64(n) > limit {
 		n = int(max(limit, 1))
 	}
 	return n

@@ -13,6 +13,9 @@
 //	rmabench [flags] HOST[:PORT]     rank 1, against a server (same RMA_SECRET)
 //	rmarun -n 2 rmabench [flags]     under a launcher (also mpirun, srun)
 //	rmabench -compare [flags]        run perftest and rmabench on the same device and compare
+//	RMA_RANK=0|1 RMA_SIZE=2 RMA_ADDR=HOST0:PORT RMA_SECRET=... rmabench -compare [flags]
+//	                                 compare across two hosts: one rank on each
+//	rmabench -merge [-json FILE] FILE...  one table of the rows of several -compare runs
 //
 // The cases (-t) are put, get, fetch_and_op (SUM on int64 through the NIC's
 // fetch-and-add, MAX on float64 through the target's engine),
@@ -32,11 +35,26 @@
 // it is a terminal (-progress).
 //
 // -compare runs perftest (ib_atomic_lat FETCH_AND_ADD and CMP_AND_SWAP,
-// ib_read_lat, ib_write_lat, ib_atomic_bw, ib_write_bw) server and client on
-// the same device with the same iterations, interleaved with the matching
-// rmabench cases, and prints one table of ratios against the targets; with
-// -json it writes the rows (name, metric, ours, perftest, ratio, target,
-// met). make bench runs it in the test VM (or on the host's own device).
+// ib_read_lat, ib_write_lat, ib_send_lat, ib_atomic_bw, ib_write_bw) server
+// and client on the same device with the same iterations, interleaved with
+// the matching rmabench cases, and prints one table of ratios against the
+// targets; with -json it writes the rows (name, hosts, metric, ours,
+// perftest, ratio, and target and met where the row has a target). The
+// operations that go through the target's engine are also compared with one
+// SEND round trip, 2 x ib_send_lat's t_typical (perftest reports half a
+// round trip). An untimed ib_write_lat runs first, as a warm-up.
+//
+// Run as one rank of a group of 2 (RMA_RANK, RMA_SIZE=2, RMA_ADDR of rank 0,
+// RMA_SECRET), -compare compares across two hosts: rank 0 runs perftest's
+// servers and serves its window, rank 1 runs perftest's clients against
+// RMA_ADDR's host and drives the operations; rank 1 tells rank 0 what to
+// do over a control connection to -control (default: RMA_ADDR's port plus
+// one). Each perftest test (ib_atomic_lat both ways, ib_read_lat,
+// ib_write_lat, ib_send_lat, ib_write_bw and ib_read_bw of 1 MiB) runs with
+// no group formed; then the ranks form the group, run the cases compared
+// with it and close the group. Its rows' names end in /2host. make bench
+// runs it across the test VM's two hosts (rxevm -hosts 2) and merges both
+// tables with -merge.
 package main
 
 import (
@@ -81,14 +99,18 @@ type config struct {
 
 	jsonOut     string
 	clock       string
+	clk         *clock // the clock, once calibrated
+	served      bool   // rank 0 has served a window (and said so)
 	progress    bool
 	cpuProfile  string
 	cpuProfile0 string // rank 0's
 	memProfile  string
 
-	compare      bool
-	rounds       int
-	perftestHost string
+	compare         bool
+	rounds          int
+	perftestHost    string
+	perftestHostSet bool   // -perftest-host was given
+	control         string // across hosts: rank 0's control address
 }
 
 var allOps = []string{"put", "get", "fetch_and_op", "compare_and_swap", "accumulate", "get_accumulate"}
@@ -104,6 +126,10 @@ func usage() {
   rmabench [flags] HOST[:PORT]   rank 1 against a server
   rmarun -n 2 rmabench [flags]   under a launcher (mpirun, srun: RMA_SECRET and RMA_ADDR set)
   rmabench -compare [flags]      run perftest too, on the same device, and compare
+  RMA_RANK=0|1 RMA_SIZE=2 RMA_ADDR=HOST0:PORT RMA_SECRET=S rmabench -compare [flags]
+                                 compare across two hosts, one rank on each (rank 0 on HOST0)
+  rmabench -merge [-json FILE] FILE...
+                                 one table of the JSON rows of -compare runs
 
 flags:
 `)
@@ -141,9 +167,12 @@ func run() int {
 	flag.StringVar(&addr, "addr", ":18515", "with -server: the `host:port` to listen on")
 	flag.BoolVar(&c.compare, "compare", false, "run perftest on the same device with the same iterations, and print the ratios to the targets")
 	flag.IntVar(&c.rounds, "rounds", 1, "with -compare: run everything this many times and compare the medians")
-	flag.StringVar(&c.perftestHost, "perftest-host", "127.0.0.1", "with -compare: the address perftest's client connects to its server by")
+	flag.StringVar(&c.perftestHost, "perftest-host", "127.0.0.1", "with -compare: the address perftest's client connects to its server by (across hosts: RMA_ADDR's host)")
+	flag.StringVar(&c.control, "control", "", "with -compare across hosts: rank 0's `host:port` for rank 1's control connection (default: RMA_ADDR's port plus one)")
+	merge := flag.Bool("merge", false, "print the rows of the -compare JSON files given as arguments as one table (and with -json, write them all there)")
 	flag.Usage = usage
 	flag.Parse()
+	flag.Visit(func(f *flag.Flag) { c.perftestHostSet = c.perftestHostSet || f.Name == "perftest-host" })
 
 	fail := func(format string, args ...any) int {
 		fmt.Fprintf(os.Stderr, "rmabench: "+format+"\n", args...)
@@ -193,6 +222,19 @@ func run() int {
 	default:
 		return fail("-progress must be auto, on or off")
 	}
+	if *merge {
+		if flag.NArg() == 0 {
+			return fail("-merge: name the JSON files of -compare")
+		}
+		out := os.Stdout
+		if c.jsonOut == "-" {
+			out = os.Stderr
+		}
+		if err := mergeResults(flag.Args(), out, c.jsonOut); err != nil {
+			return fail("-merge: %v", err)
+		}
+		return 0
+	}
 	if flag.NArg() > 1 {
 		usage()
 		return 2
@@ -224,11 +266,14 @@ func run() int {
 			return fail("%v", err)
 		}
 	case envErr == nil && opts.Size >= 2:
-		if c.compare && os.Getenv("RMABENCH_CHILD") == "" {
-			return fail("-compare forks its own rank 0: run it without a launcher")
-		}
 		if err := applyDeviceFlags(&opts, &c); err != nil {
 			return fail("%v", err)
+		}
+		if c.compare && os.Getenv("RMABENCH_CHILD") == "" {
+			if opts.Size != 2 {
+				return fail("-compare across hosts runs one rank on each of two hosts: RMA_SIZE=2, not %d", opts.Size)
+			}
+			return crossCompare(ctx, opts, &c)
 		}
 	case os.Getenv("RMA_RANK") != "":
 		return fail("%v", envErr)
@@ -406,9 +451,10 @@ func serve(ctx context.Context, o group.Options, c *config) int {
 		fmt.Fprintln(os.Stderr, "rmabench:", err)
 		return 1
 	}
-	if o.Rank == 0 && os.Getenv("RMABENCH_CHILD") == "" {
+	if o.Rank == 0 && os.Getenv("RMABENCH_CHILD") == "" && !c.served {
 		fmt.Fprintf(os.Stderr, "rmabench: rank 0 of %d on %s, serving\n", g.Size(), g.Device())
 	}
+	c.served = true
 	err = serveWindow(ctx, g)
 	if cerr := g.Close(); err == nil {
 		err = cerr

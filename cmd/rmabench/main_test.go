@@ -1,10 +1,18 @@
 package main
 
 import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/onesided/rma/group"
 )
 
 // Output of perftest 6.x on rxe (trimmed), as the client prints it.
@@ -107,5 +115,244 @@ func TestMedianIndex(t *testing.T) {
 func TestListening(t *testing.T) {
 	if listening(1) {
 		t.Error("port 1 listening?")
+	}
+}
+
+// ib_send_lat and ib_read_bw of perftest 4.5 on rxe, as the clients print
+// them (trimmed).
+const sendLatOut = `---------------------------------------------------------------------------------------
+                    Send Latency Test
+ Dual-port       : OFF		Device         : rxe0
+ GID index       : 1
+---------------------------------------------------------------------------------------
+ local address: LID 0000 QPN 0x0012 PSN 0x6331fd
+ GID: 00:00:00:00:00:00:00:00:00:00:255:255:10:99:00:01
+---------------------------------------------------------------------------------------
+ #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] 
+ 8       300          12.33          12445.72      12.71    	       205.90      	1200.13		10147.09 		12445.72
+---------------------------------------------------------------------------------------
+`
+
+const readBWOut = `---------------------------------------------------------------------------------------
+Device not recognized to implement inline feature. Disabling it
+---------------------------------------------------------------------------------------
+                    RDMA_Read BW Test
+ Outstand reads  : 128
+---------------------------------------------------------------------------------------
+ #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]
+ 1048576    20               54.71              49.59  		   0.000050
+---------------------------------------------------------------------------------------
+`
+
+func TestParsePerftestSendAndRead(t *testing.T) {
+	r, err := parsePerftest([]byte(sendLatOut))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r["t_typical[usec]"] != 12.71 || r["#iterations"] != 300 || r["99%_percentile[usec]"] != 10147.09 {
+		t.Errorf("ib_send_lat columns: %v", r)
+	}
+	// One SEND round trip is twice ib_send_lat's figure (half a round trip).
+	tg := target{pt: ptSendLat, column: "t_typical[usec]", scale: 2}
+	if got := tg.ptValue(r); got != 25.42 {
+		t.Errorf("SEND round trip = %v, want 25.42", got)
+	}
+	if got := tg.testName(); got != "2 x ib_send_lat -s 8" {
+		t.Errorf("testName = %q", got)
+	}
+	r, err = parsePerftest([]byte(readBWOut))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r["BW_average[MB/sec]"] != 49.59 || r["#bytes"] != 1048576 {
+		t.Errorf("ib_read_bw columns: %v", r)
+	}
+}
+
+func TestBuildRows(t *testing.T) {
+	ts := []target{
+		{name: "a", metric: metricLatency, kase: "k1", pt: ptSendLat, column: "t_typical[usec]", scale: 2, max: 1.3},
+		{name: "b", metric: metricBandwidth, kase: "k2", pt: ptReadBW1M, column: "BW_average[MB/sec]", max: 1.2},
+		{name: "c", metric: metricLatency, kase: "k1", pt: ptFetchAdd, column: "t_typical[usec]"},
+	}
+	var rounds []round
+	// Three rounds: the medians are ours 26, 40 and perftest 10 (x2), 50, 20.
+	for i, v := range []struct{ lat, bw, send, rbw, fa float64 }{{26, 40, 10, 50, 20}, {30, 30, 9, 60, 30}, {20, 45, 11, 40, 10}} {
+		rd := newRound()
+		rd.ours[ourKey{"k1", "latency"}] = result{TypicalUS: v.lat, Iterations: 300 + i}
+		rd.ours[ourKey{"k2", "bandwidth"}] = result{BandwidthMBps: v.bw, Iterations: 20}
+		rd.pts[ptSendLat.String()] = ptResult{"t_typical[usec]": v.send}
+		rd.pts[ptReadBW1M.String()] = ptResult{"BW_average[MB/sec]": v.rbw}
+		rd.pts[ptFetchAdd.String()] = ptResult{"t_typical[usec]": v.fa}
+		rounds = append(rounds, rd)
+	}
+	rows := buildRows(ts, 2, rounds, 2)
+	if len(rows) != 3 {
+		t.Fatalf("%d rows", len(rows))
+	}
+	a, b, c := rows[0], rows[1], rows[2]
+	// a: 26 us against one SEND round trip of 2 x 10 us: 1.3, met (<= 1.3).
+	if a.Ours != 26 || a.Perftest != 20 || a.Ratio != 1.3 || a.Met == nil || !*a.Met || a.Iterations != 300 || a.Hosts != 2 || a.PerftestScale != 2 {
+		t.Errorf("row a: %+v", a)
+	}
+	// b: bandwidth 40 MB/s against 50: perftest/ours = 1.25 > 1.2, not met.
+	if b.Ours != 40 || b.Perftest != 50 || b.Ratio != 1.25 || b.Met == nil || *b.Met || b.Target != 1.2 {
+		t.Errorf("row b: %+v", b)
+	}
+	// c: informational, no target and no met.
+	if c.Met != nil || c.Target != 0 || c.Ours != 26 || c.Perftest != 20 || c.Ratio != 1.3 {
+		t.Errorf("row c: %+v", c)
+	}
+	table := comparisonTable(rows)
+	for _, want := range []string{"1 of 2 targets met", "2 x ib_send_lat -s 8", "/2host: across two hosts"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("table lacks %q:\n%s", want, table)
+		}
+	}
+	// A case that failed in a round is named in its rows, and counted.
+	rounds[1].errs[ourKey{"k1", "latency"}] = errors.New("k1 latency: context deadline exceeded")
+	delete(rounds[1].ours, ourKey{"k1", "latency"})
+	rows = buildRows(ts, 2, rounds, 2)
+	if rows[0].Error != "k1 latency: context deadline exceeded" || rows[2].Error != rows[0].Error || rows[1].Error != "" || failures(rounds) != 1 {
+		t.Errorf("errors: %q %q %q, %d failures", rows[0].Error, rows[1].Error, rows[2].Error, failures(rounds))
+	}
+	// Ours is then the median of the other rounds (26 and 20: the lower),
+	// and the row misses its target whatever its ratio.
+	if rows[0].Ours != 20 || *rows[0].Met || !slices.Equal(rows[0].OursRounds, []float64{26, 20}) || !strings.Contains(comparisonTable(rows), "a round failed") {
+		t.Errorf("row a with a failed round: %+v", rows[0])
+	}
+	// A round with no perftest figure gives no ratio and fails its target.
+	rounds[0].pts[ptSendLat.String()] = nil
+	rows = buildRows(ts[:1], 1, rounds[:1], 1)
+	if rows[0].Ratio != 0 || *rows[0].Met {
+		t.Errorf("missing perftest figure: %+v", rows[0])
+	}
+}
+
+func TestMergeResults(t *testing.T) {
+	dir := t.TempDir()
+	yes, no := true, false
+	one := filepath.Join(dir, "one.json")
+	two := filepath.Join(dir, "two.json")
+	if err := writeJSONFile(one, []row{{Name: "get_8B", Hosts: 1, Metric: metricLatency, Ours: 11, Perftest: 10, Ratio: 1.1, Target: 1.1, Met: &yes}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeJSONFile(two, []row{
+		{Name: "get_8B/2host", Hosts: 2, Metric: metricLatency, Ours: 700, Perftest: 500, Ratio: 1.4, Target: 1.2, Met: &no},
+		{Name: "get_1MiB/2host", Hosts: 2, Metric: metricBandwidth, Ours: 9, Perftest: 10, Ratio: 10.0 / 9},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	merged := filepath.Join(dir, "all.json")
+	if err := mergeResults([]string{one, two}, &out, merged); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "1 of 2 targets met") || !strings.Contains(out.String(), "get_1MiB/2host") {
+		t.Errorf("table:\n%s", out.String())
+	}
+	data, err := os.ReadFile(merged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(data)
+	if strings.Count(s, `"name"`) != 3 || strings.Count(s, `"target"`) != 2 || strings.Count(s, `"met": true`) != 1 || strings.Count(s, `"met": false`) != 1 {
+		t.Errorf("merged JSON:\n%s", s)
+	}
+	if err := mergeResults([]string{filepath.Join(dir, "none.json")}, &out, ""); err == nil {
+		t.Error("a missing file merged")
+	}
+}
+
+func TestReadyPort(t *testing.T) {
+	if p, err := readyPort("ready 20001"); err != nil || p != 20001 {
+		t.Errorf("ready 20001: %d, %v", p, err)
+	}
+	for _, bad := range []string{"ready", "ready 0", "ready 70000", "ready x", "", "nope 1"} {
+		if p, err := readyPort(bad); err == nil {
+			t.Errorf("readyPort(%q) = %d, want an error", bad, p)
+		}
+	}
+	if _, err := readyPort(`error "ib_send_lat not found"`); err == nil || err.Error() != "ib_send_lat not found" {
+		t.Errorf("error reply: %v", err)
+	}
+}
+
+func TestControlAddr(t *testing.T) {
+	c := &config{}
+	if a, err := controlAddr(c, group.Options{Addr: "10.77.0.1:18600"}); err != nil || a != "10.77.0.1:18601" {
+		t.Errorf("controlAddr = %q, %v", a, err)
+	}
+	for _, bad := range []string{"10.77.0.1", "10.77.0.1:65535", "h:x"} {
+		if a, err := controlAddr(c, group.Options{Addr: bad}); err == nil {
+			t.Errorf("controlAddr(%q) = %q, want an error", bad, a)
+		}
+	}
+	c.control = "h:1"
+	if a, _ := controlAddr(c, group.Options{Addr: "bad"}); a != "h:1" {
+		t.Errorf("-control ignored: %q", a)
+	}
+}
+
+func TestPtIters(t *testing.T) {
+	c := &config{iters: 300, itersBW: 5000, bwBytes: 32 << 20}
+	for pt, want := range map[string]int{ptSendLat.id: 300, ptFetchAdd.id: 300, ptReadBW1M.id: 32, ptWriteBW1M.id: 32, ptAtomicBW.id: 5000, ptWarmup.id: warmupIters} {
+		p, ok := ptestByID(pt)
+		if !ok {
+			t.Fatalf("no test %s", pt)
+		}
+		if got := c.ptIters(p); got != want {
+			t.Errorf("ptIters(%s) = %d, want %d", pt, got, want)
+		}
+	}
+	if _, ok := ptestByID("sh"); ok {
+		t.Error("an unknown test id was found")
+	}
+}
+
+// TestControlHandshake runs both ends of the control connection's
+// handshake over TCP on the loopback: the same secret connects, a wrong
+// one is refused by rank 0 (which keeps listening) and fails rank 1.
+func TestControlHandshake(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	secret := []byte("0123456789abcdef")
+	type accepted struct {
+		cc  *control
+		err error
+	}
+	done := make(chan accepted, 1)
+	go func() {
+		cc, err := acceptControl(ctx, addr, secret)
+		done <- accepted{cc, err}
+	}()
+	if _, err := dialControl(ctx, addr, []byte("wrong secret")); err == nil {
+		t.Error("a wrong secret connected")
+	}
+	cc, err := dialControl(ctx, addr, secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	a := <-done
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	defer a.cc.Close()
+	if err := cc.send("perftest send_lat 300"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := a.cc.recv(5 * time.Second); err != nil || got != "perftest send_lat 300" {
+		t.Errorf("rank 0 read %q, %v", got, err)
+	}
+	if err := cc.send("two\nlines"); err == nil {
+		t.Error("a line break was sent")
 	}
 }

@@ -164,7 +164,7 @@ type report struct {
 }
 
 func (b *bench) writeJSON() error {
-	p := b.g.Fabric().Path()
+	p := b.g.Path()
 	rep := report{Device: b.g.Device(), Port: p.Port, GIDIndex: p.GIDIndex, MTU: p.MTU.Bytes(), Results: b.results}
 	if b.c.spin != 0 {
 		rep.Spin = b.c.spin.String()
