@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/onesided/rma/group"
+	"github.com/onesided/rma/internal/fabric"
 	"github.com/onesided/rma/win"
 )
 
@@ -208,8 +209,10 @@ func (c *Comm) Close(ctx context.Context) error {
 	return c.mem.close(ctx)
 }
 
-// Rank and Size are the group's.
+// Rank is this process's rank in the group, from 0.
 func (c *Comm) Rank() int { return c.rank }
+
+// Size is the number of processes of the group.
 func (c *Comm) Size() int { return c.size }
 
 // winMemory is memory over a window of package win, in a LockAll epoch.
@@ -233,7 +236,7 @@ func (m *winMemory) putWord(ctx context.Context, v uint64, peer, off int) error 
 
 func (m *winMemory) alive(peer int) error {
 	g := m.w.Group()
-	return g.Fabric().PeerErr(g.FabricRank(peer))
+	return fabric.OfGroup(g).PeerErr(g.FabricRank(peer))
 }
 
 func (m *winMemory) close(ctx context.Context) error {

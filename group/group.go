@@ -180,6 +180,10 @@ func Join(ctx context.Context, o Options) (*Group, error) {
 		},
 	})
 	g.probeErr = g.probe(ctx)
+	if errors.Is(g.probeErr, verbs.ErrResourceLimit) { // no locked memory left: no window could register either
+		g.Close()
+		return nil, fmt.Errorf("group: rank %d: %w", o.Rank, g.probeErr)
+	}
 	if err := g.startLiveness(ctx); err != nil {
 		g.Close()
 		return nil, err
@@ -234,9 +238,11 @@ func (g *Group) Size() int { return g.boot.Size() }
 // Device is the name of the RDMA device in use.
 func (g *Group) Device() string { return g.fab.DeviceName() }
 
-// DeviceAttr and PortAttr describe the device in use.
+// DeviceAttr describes the RDMA device in use.
 func (g *Group) DeviceAttr() verbs.DeviceAttr { return g.fab.DevAttr }
-func (g *Group) PortAttr() verbs.PortAttr     { return g.fab.PortAttr }
+
+// PortAttr describes the device port in use.
+func (g *Group) PortAttr() verbs.PortAttr { return g.fab.PortAttr }
 
 // NICAtomics reports whether the NIC's atomics passed the start-up probe
 // (nil), or why they are not used.
@@ -266,8 +272,12 @@ func (g *Group) AllGather(ctx context.Context, mine []byte) ([][]byte, error) {
 	return all, nil
 }
 
-// Fabric gives the packages of this module the group's RDMA connections.
-func (g *Group) Fabric() *fabric.Fabric { return g.fab }
+// Path is the device, port, GID and MTU the group's RDMA connections use.
+func (g *Group) Path() verbs.Path { return g.fab.Path() }
+
+// The packages of this module reach the group's RDMA connections through
+// fabric.OfGroup: their type is internal, so no exported method returns it.
+func init() { fabric.OfGroup = func(g any) *fabric.Fabric { return g.(*Group).fab } }
 
 // Engine gives the packages of this module the group's active-message
 // target (which applies other ranks' accumulates) and client (which tracks

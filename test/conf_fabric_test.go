@@ -17,6 +17,7 @@ import (
 
 	"github.com/onesided/rma/datatype"
 	"github.com/onesided/rma/group"
+	"github.com/onesided/rma/internal/fabric"
 	"github.com/onesided/rma/op"
 	"github.com/onesided/rma/verbs"
 	"github.com/onesided/rma/win"
@@ -62,7 +63,7 @@ func expose(ctx context.Context, g *group.Group) (*exposed, error) {
 	for w := 0; w < g.Size(); w++ {
 		binary.NativeEndian.PutUint64(e.mem[exposedWords+8*w:], wordStart(g.Rank(), w))
 	}
-	if e.mr, err = g.Fabric().Register(e.mem, verbs.AccessRemoteRead|verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic); err != nil {
+	if e.mr, err = fabric.OfGroup(g).Register(e.mem, verbs.AccessRemoteRead|verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic); err != nil {
 		verbs.Free(e.mem)
 		return nil, err
 	}
@@ -160,7 +161,7 @@ func checkTarget(ctx context.Context, w *win.Window, me, t, round int, adds []in
 // fail with ErrRemoteAccess.
 func badRead(ctx context.Context, g *group.Group, e *exposed, rank, i, n int) error {
 	dst := make([]byte, n)
-	err := g.Fabric().Read(ctx, rank, dst, e.addr[rank], e.badKey(rank, i))
+	err := fabric.OfGroup(g).Read(ctx, rank, dst, e.addr[rank], e.badKey(rank, i))
 	if !errors.Is(err, verbs.ErrRemoteAccess) {
 		return fmt.Errorf("read of %d bytes from rank %d with a bad key (%#x): %v, want ErrRemoteAccess", n, rank, e.badKey(rank, i), err)
 	}
@@ -173,7 +174,7 @@ func badRead(ctx context.Context, g *group.Group, e *exposed, rank, i, n int) er
 // goodFabric reads rank's pattern through the fabric, small and staged,
 // and checks it.
 func goodFabric(ctx context.Context, g *group.Group, e *exposed, rank int) error {
-	f := g.Fabric()
+	f := fabric.OfGroup(g)
 	want := exposedBytes(rank, exposedPattern)
 	dst := make([]byte, exposedPattern)
 	if err := f.Read(ctx, rank, dst, e.addr[rank], e.rkey[rank]); err != nil {
@@ -197,7 +198,7 @@ func goodFabric(ctx context.Context, g *group.Group, e *exposed, rank int) error
 // while many goroutines call into the fabric as both ranks keep faulting.
 func workReconnect(ctx context.Context, g *group.Group) error {
 	me, peer := g.Rank(), 1-g.Rank()
-	f := g.Fabric()
+	f := fabric.OfGroup(g)
 	e, err := expose(ctx, g)
 	if err != nil {
 		return err
@@ -385,7 +386,7 @@ func workReconnect(ctx context.Context, g *group.Group) error {
 		for i := 0; time.Now().Before(stop); i++ {
 			t := (me + i) % 2
 			cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-			err := g.Fabric().Read(cctx, t, make([]byte, 16), e.addr[t], e.badKey(t, i))
+			err := fabric.OfGroup(g).Read(cctx, t, make([]byte, 16), e.addr[t], e.badKey(t, i))
 			cancel()
 			// A bad read may itself be flushed by the other rank's fault.
 			if !errors.Is(err, verbs.ErrRemoteAccess) && !errors.Is(err, verbs.ErrFlushed) {

@@ -15,6 +15,7 @@ import (
 	"github.com/onesided/rma/datatype"
 	"github.com/onesided/rma/fallback"
 	"github.com/onesided/rma/group"
+	"github.com/onesided/rma/internal/fabric"
 	"github.com/onesided/rma/op"
 	"github.com/onesided/rma/win"
 )
@@ -87,7 +88,7 @@ func workHostile(ctx context.Context, g *group.Group) error {
 			}
 		}
 	case 2:
-		f := g.Fabric()
+		f := fabric.OfGroup(g)
 		_, client := g.Engine()
 		msgs := hostileMessages(1) // the first window of the group has id 1
 		for name, msg := range msgs {

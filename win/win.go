@@ -14,6 +14,7 @@ import (
 	"github.com/onesided/rma/datatype"
 	"github.com/onesided/rma/fallback"
 	"github.com/onesided/rma/group"
+	"github.com/onesided/rma/internal/fabric"
 	"github.com/onesided/rma/op"
 	"github.com/onesided/rma/verbs"
 )
@@ -66,6 +67,8 @@ const (
 	FlavorDynamic                // MPI_WIN_FLAVOR_DYNAMIC: CreateDynamic
 )
 
+// String returns "allocate", "create" or "dynamic", as MPI names the
+// flavors.
 func (f Flavor) String() string {
 	switch f {
 	case FlavorAllocate:
@@ -175,7 +178,7 @@ func CreateDynamic(ctx context.Context, g *group.Group, opts ...Option) (*Window
 }
 
 func create(ctx context.Context, g *group.Group, flavor Flavor, mem []byte, size, dispUnit int, opts []Option) (_ *Window, err error) {
-	w := &Window{g: g, f: link{f: g.Fabric(), world: g.FabricRanks()}, flavor: flavor, mem: mem, size: size, dispUnit: dispUnit, id: g.NextWindowID()}
+	w := &Window{g: g, f: link{f: fabric.OfGroup(g), world: g.FabricRanks()}, flavor: flavor, mem: mem, size: size, dispUnit: dispUnit, id: g.NextWindowID()}
 	w.cfg = config{ordered: true}
 	for _, o := range opts {
 		o(&w.cfg)
@@ -322,8 +325,12 @@ func (w *Window) Bytes() []byte {
 	return w.mem[:w.size:w.size]
 }
 
-// Size is this rank's window size in bytes; DispUnit its displacement unit.
-func (w *Window) Size() int     { return w.size }
+// Size is this rank's window size in bytes.
+func (w *Window) Size() int { return w.size }
+
+// DispUnit is this rank's displacement unit: a displacement disp in a call
+// to this rank names byte disp*DispUnit of its window (1 for a dynamic
+// window, whose displacements are addresses).
 func (w *Window) DispUnit() int { return w.dispUnit }
 
 // Flavor says how the window's memory was provided.

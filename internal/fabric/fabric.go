@@ -115,11 +115,15 @@ type Fabric struct {
 	// than a round trip on some hosts (a millisecond under emulation).
 	engineSpin time.Duration
 	replySpin  time.Duration
+	opTime     atomic.Int64 // nanoseconds: see learnOpTime
 
 	m     messaging // active messages
 	mgr   manager   // re-establishes failed connections
 	reads Reads     // request-based reads
 }
+
+// OfGroup returns the fabric of a *group.Group (package group sets it).
+var OfGroup func(g any) *Fabric
 
 // ErrPeerLost is returned when a peer's connection fails.
 var ErrPeerLost = verbs.ErrPeerLost
@@ -171,6 +175,16 @@ func New(ctx context.Context, rank, size int, ex Exchanger, o Options) (f *Fabri
 	timeout := 1
 	for timeout < 31 && (transportRetries+1)*4096*time.Nanosecond<<timeout < o.PeerTimeout {
 		timeout++
+	}
+	// Before anything is opened or pinned: the device's file must open and
+	// RLIMIT_MEMLOCK must hold what New registers below (the scratch area
+	// with its staging chunks, the active-message buffers of initMessaging,
+	// the probe word) and the page group.Join's atomics probe registers, or
+	// the caller gets a *verbs.LimitError naming the fix.
+	scratch := (o.Slots*slotScratch+2*32*int(unsafe.Sizeof(verbs.WC{}))+4095)&^4095 + o.Chunks*o.ChunkSize
+	if err := verbs.CheckAccess(o.Device, fmt.Sprintf("joining a %d-rank group", size),
+		scratch, (4*size+2)*o.Credits*o.MsgSize, 8, 4096); err != nil {
+		return nil, err
 	}
 	fab := &Fabric{rank: rank, size: size, spin: o.Spin, engineSpin: o.EngineSpin, replySpin: o.ReplySpin,
 		chunkSize: o.ChunkSize, peerTimeout: o.PeerTimeout, reconnectTimeout: ReconnectTimeout(o.PeerTimeout)}

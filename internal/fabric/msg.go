@@ -2,6 +2,7 @@ package fabric
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -79,11 +80,17 @@ type messaging struct {
 	repOff   int       // reply buffers
 	h        Handlers
 	recvMu   sync.Mutex
-	requests uint64     // requests served (under recvMu): the engine spins while they come
-	wcs      []verbs.WC // 32, in Fabric.mem
-	stop     context.CancelFunc
-	done     chan struct{}
-	started  bool
+	requests uint64 // requests served (under recvMu): the engine spins while they come
+	// pollers: callers inside progressMsg's spin, polling the receive CQ
+	// for everyone. While there are any, the idle engine leaves the CQ
+	// unarmed (standDown), so that their replies raise no completion event
+	// that would wake it for nothing; the last poller out arms it again.
+	pollers   atomic.Int32
+	standDown atomic.Bool
+	wcs       []verbs.WC // 32, in Fabric.mem
+	stop      context.CancelFunc
+	done      chan struct{}
+	started   bool
 }
 
 func (f *Fabric) initMessaging(credits, size int) (err error) {
@@ -228,18 +235,29 @@ func (f *Fabric) closeMessagingCQ() error {
 func (f *Fabric) engine(ctx context.Context) {
 	m := &f.m
 	defer close(m.done)
-	// Spin for engineSpin after the last request served. Replies to this
-	// rank's own requests do not extend it: their waiters poll for them.
-	// The clock is read once every 64 polls, the CPU yielded every 16.
+	// Spin after the last request served for spin: at least engineSpin,
+	// and three times the usual gap between requests (an average of the
+	// gaps shorter than maxSpin), so that a peer whose round trip is
+	// longer than engineSpin finds the engine awake, at most maxSpin.
+	// Replies to this rank's own requests do not extend it: their waiters
+	// poll for them. The clock is read once every 64 idle polls, the CPU
+	// yielded every 16 and the P every 64 (another goroutine may need it).
+	maxSpin := 16 * f.engineSpin
 	var lastReq time.Time
-	stamp := true
+	var gap time.Duration
+	spin := f.engineSpin
 	for i := 1; ctx.Err() == nil; i++ {
 		m.recvMu.Lock()
 		before := m.requests
 		f.pollRecvLocked()
 		if m.requests != before {
-			stamp = true
 			m.recvMu.Unlock()
+			now := time.Now()
+			if d := now.Sub(lastReq); d < maxSpin {
+				gap += (d - gap) / 8
+				spin = min(max(f.engineSpin, 3*gap), maxSpin)
+			}
+			lastReq = now
 			continue
 		}
 		if i&63 != 0 {
@@ -249,24 +267,28 @@ func (f *Fabric) engine(ctx context.Context) {
 			}
 			continue
 		}
-		if stamp {
-			lastReq, stamp = time.Now(), false
-		}
-		if time.Since(lastReq) < f.engineSpin {
+		if time.Since(lastReq) < spin {
 			m.recvMu.Unlock()
+			runtime.Gosched()
 			continue
 		}
-		// Idle: arm, check once more, and sleep on the channel.
-		if err := m.cq.ReqNotify(); err != nil {
-			m.recvMu.Unlock()
-			return
+		// Idle. While callers poll for replies, they serve requests too:
+		// leave the CQ unarmed and sleep until the last of them arms it.
+		// Otherwise arm, check once more, and sleep on the channel.
+		m.standDown.Store(true)
+		if m.pollers.Load() == 0 {
+			m.standDown.Store(false)
+			if err := m.cq.ReqNotify(); err != nil {
+				m.recvMu.Unlock()
+				return
+			}
 		}
 		before = m.requests
 		f.pollRecvLocked()
 		served := m.requests != before
 		m.recvMu.Unlock()
 		if served {
-			stamp = true
+			lastReq = time.Now()
 			continue
 		}
 		// No context to Wait (whose cancellation would cost allocations
@@ -274,6 +296,7 @@ func (f *Fabric) engine(ctx context.Context) {
 		if err := m.ch.Wait(context.Background()); err != nil && ctx.Err() == nil {
 			time.Sleep(time.Millisecond)
 		}
+		i = 63 // woken: poll, and unless that serves a request, back to the idle check
 	}
 }
 
@@ -499,10 +522,20 @@ func (f *Fabric) Pending(rank int) bool { return len(f.m.peers[rank].free) != f.
 // peer timeout, it probes rank and fails with ErrPeerLost if rank is gone.
 func (f *Fabric) progressMsg(ctx context.Context, rank int, done func() bool) error {
 	m := &f.m
+	if done() {
+		return nil
+	}
 	wake := m.peers[rank].wake
 	var spinStart time.Time
 	start := time.Now()
 	var timer *time.Timer
+	m.pollers.Add(1)
+	polling := true
+	defer func() {
+		if polling {
+			f.leavePolling()
+		}
+	}()
 	for i := 0; ; i++ {
 		if done() {
 			return nil
@@ -512,6 +545,10 @@ func (f *Fabric) progressMsg(ctx context.Context, rank int, done func() bool) er
 		}
 		if err := f.peerErr(rank); err != nil {
 			return err
+		}
+		if !polling {
+			m.pollers.Add(1)
+			polling = true
 		}
 		if m.recvMu.TryLock() {
 			n := f.pollRecvLocked()
@@ -534,6 +571,9 @@ func (f *Fabric) progressMsg(ctx context.Context, rank int, done func() bool) er
 		}
 		if time.Since(spinStart) < f.replySpin {
 			yield()
+			if i&63 == 0 {
+				runtime.Gosched() // let the P's other goroutines run (GOMAXPROCS may be 1)
+			}
 			continue
 		}
 		if time.Since(start) > f.peerTimeout {
@@ -543,6 +583,8 @@ func (f *Fabric) progressMsg(ctx context.Context, rank int, done func() bool) er
 			start = time.Now()
 		}
 		// Sleep until the engine goroutine signals, re-checking every ms.
+		f.leavePolling()
+		polling = false
 		if timer == nil {
 			timer = time.NewTimer(time.Millisecond)
 		} else {
@@ -556,6 +598,27 @@ func (f *Fabric) progressMsg(ctx context.Context, rank int, done func() bool) er
 		timer.Stop()
 		spinStart = time.Time{}
 	}
+}
+
+// leavePolling ends a caller's turn at polling the receive CQ. The last
+// poller out re-arms the CQ if the engine stood down (its sleep needs an
+// event), and polls once more for what came before the arming. The
+// engine's store to standDown and this Add are both sequentially
+// consistent, so one side or the other sees that the CQ must be armed.
+func (f *Fabric) leavePolling() {
+	m := &f.m
+	if m.pollers.Add(-1) != 0 || !m.standDown.Load() {
+		return
+	}
+	m.recvMu.Lock()
+	if m.standDown.Load() && m.pollers.Load() == 0 {
+		m.standDown.Store(false)
+		if err := m.cq.ReqNotify(); err != nil {
+			m.ch.Wake() // the engine then arms it itself
+		}
+		f.pollRecvLocked()
+	}
+	m.recvMu.Unlock()
 }
 
 // Progress polls both completion queues once, if nobody else is.

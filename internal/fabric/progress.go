@@ -88,6 +88,7 @@ func (f *Fabric) completionErr(rank int, c *conn, werr error) error {
 // progressUntil drives completions until done reports true or ctx ends.
 // s, if not nil, is the caller's slot, signalled when it completes.
 func (f *Fabric) progressUntil(ctx context.Context, done func() bool, s *slot) error {
+	spin := f.waitSpin()
 	var spinStart time.Time
 	empty := 0 // polls that found nothing; the clock is read every 64th
 	for i := 0; ; i++ {
@@ -105,7 +106,7 @@ func (f *Fabric) progressUntil(ctx context.Context, done func() bool, s *slot) e
 					// keep polling: reading the clock can cost more than a poll
 				} else if spinStart.IsZero() {
 					spinStart = time.Now()
-				} else if time.Since(spinStart) > f.spin {
+				} else if time.Since(spinStart) > spin {
 					err := f.sleepLocked(ctx, done)
 					spinStart = time.Time{}
 					if err != nil {
@@ -174,10 +175,13 @@ func (f *Fabric) sleepLocked(ctx context.Context, done func() bool) error {
 // true. Call release after reading the slot's results.
 func (f *Fabric) wait(ctx context.Context, id uint32) (abandoned bool, err error) {
 	s := &f.slots[id]
+	start := time.Now()
 	if err := f.progressUntil(ctx, func() bool { return s.state.Load() == slotDone }, s); err != nil {
 		if s.state.CompareAndSwap(slotBusy, slotAbandoned) {
 			return true, err
 		}
+	} else {
+		f.learnOpTime(time.Since(start))
 	}
 	if s.slept {
 		s.slept = false
@@ -187,4 +191,25 @@ func (f *Fabric) wait(ctx context.Context, id uint32) (abandoned bool, err error
 		}
 	}
 	return false, s.err
+}
+
+// waitSpin is how long a waiter polls for a completion before it sleeps:
+// Options.Spin, or twice the usual time a synchronous operation takes
+// (opTime), whichever is longer, but at most the reply spin. Across hosts a
+// round trip is longer than Spin, and sleeping on the completion channel
+// would then add a wake-up to every operation.
+func (f *Fabric) waitSpin() time.Duration {
+	return max(f.spin, min(2*time.Duration(f.opTime.Load()), f.replySpin))
+}
+
+// learnOpTime folds d, the time a synchronous operation took, into opTime,
+// an exponentially weighted average (weight 1/8). Times longer than the
+// reply spin are not a round trip worth spinning for and are left out.
+// Concurrent updates may lose one another; the average stays an average.
+func (f *Fabric) learnOpTime(d time.Duration) {
+	if d >= f.replySpin {
+		return
+	}
+	old := f.opTime.Load()
+	f.opTime.Store(old + (int64(d)-old)/8)
 }
