@@ -52,15 +52,20 @@ consumer: tools
 	GO=$(GO) BIN=$(BIN) bash hack/consumer.sh
 
 # Two hosts: the test VM's two-host mode boots two guests, each with its own
-# rxe0 on a virtio-net NIC, joined by a UDP wire, and runs TestTwoHost with
-# one rank per guest. host1's NIC has a 9000-byte MTU (rxe0 then runs at
-# 4096, host0's at 1024): the ranks must agree on the smaller path MTU.
-TWOHOST_TEST := $(BIN)/integration.test -test.v -test.count=1 -test.run=TestTwoHost
+# rxe0 on a virtio-net NIC, joined by a UDP wire, with one rank per guest.
+# First boot: TestTwoHost (host1's NIC has a 9000-byte MTU, so rxe0 runs at
+# 4096 there and 1024 on host0: the ranks must agree on the smaller path
+# MTU), then TestTwoHostProcessDeath (rank 1's process is SIGKILLed). Second
+# boot: TestTwoHostHostDeath (rxevm kills host1's guest when its test asks).
+# Both death tests print how long each path took to report ErrPeerLost.
+TWOHOST_TEST := $(BIN)/integration.test -test.v -test.count=1
+TWOHOST_RUN1 := -test.run="^TestTwoHost(ProcessDeath)?$$"
 twohost: tools
 	$(GO) test -c -tags integration -o $(BIN)/integration.test ./test
 	RMA_SECRET=$$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n') \
-		$(RXEVM) -hosts 2 -timeout 10m -- $(TWOHOST_TEST) \
-		::: sh -c 'ip link set eth0 mtu 9000 && sleep 1 && ibv_devinfo -d rxe0 | grep active_mtu && exec $(TWOHOST_TEST)'
+		$(RXEVM) -hosts 2 -timeout 10m -- $(TWOHOST_TEST) $(TWOHOST_RUN1) \
+		::: sh -c 'ip link set eth0 mtu 9000 && sleep 1 && ibv_devinfo -d rxe0 | grep active_mtu && exec $(TWOHOST_TEST) $(TWOHOST_RUN1)'
+	$(RXEVM) -hosts 2 -timeout 10m -- $(TWOHOST_TEST) -test.run='^TestTwoHostHostDeath$$'
 
 demo: tools
 	$(RXEVM) -- $(BIN)/rmarun -n 4 $(BIN)/accumulate

@@ -254,7 +254,7 @@ func (g *Group) NICAtomics() error { return g.probeErr }
 // the barrier is visible after it, and stores made before it are seen by
 // what the engine applies after it.
 func (g *Group) Barrier(ctx context.Context) error {
-	if err := g.boot.Barrier(ctx); err != nil {
+	if err := g.overTCP(ctx, func(ctx context.Context) error { return g.boot.Barrier(ctx) }); err != nil {
 		return fmt.Errorf("group: barrier: %w", err)
 	}
 	g.fab.SyncEngine()
@@ -264,12 +264,68 @@ func (g *Group) Barrier(ctx context.Context) error {
 // AllGather gives every rank the bytes of every rank, indexed by rank. It
 // orders window memory accesses with the engine as Barrier does.
 func (g *Group) AllGather(ctx context.Context, mine []byte) ([][]byte, error) {
-	all, err := g.boot.AllGather(ctx, mine)
+	var all [][]byte
+	err := g.overTCP(ctx, func(ctx context.Context) (err error) {
+		all, err = g.boot.AllGather(ctx, mine)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("group: all-gather: %w", err)
 	}
 	g.fab.SyncEngine()
 	return all, nil
+}
+
+// overTCP runs a collective over the bootstrap connections so that a dead
+// member fails it with ErrPeerLost as every other call to it does: at once
+// if a member is known lost, as soon as the RDMA connections or the
+// liveness connections find one lost (a dead host closes no TCP
+// connection), and when a member's bootstrap connection closes because its
+// process died.
+func (g *Group) overTCP(ctx context.Context, call func(context.Context) error) error {
+	if err := g.lostMember(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(g.fab.Lost(), func() {
+		if err := g.lostMember(); err != nil {
+			cancel(err)
+		}
+	})
+	defer stop()
+	err := call(ctx)
+	if err == nil {
+		return nil
+	}
+	if cause := context.Cause(ctx); errors.Is(cause, verbs.ErrPeerLost) {
+		return cause
+	}
+	if errors.Is(err, bootstrap.ErrClosed) {
+		// A member's process that died closed its connections: the
+		// liveness connection tells it apart from a call abandoned
+		// earlier, within a peer timeout.
+		t := time.NewTimer(g.fab.PeerTimeout())
+		defer t.Stop()
+		select {
+		case <-g.fab.Lost().Done():
+		case <-t.C:
+		}
+		if lerr := g.lostMember(); lerr != nil {
+			return lerr
+		}
+	}
+	return err
+}
+
+// lostMember is the error of calls to a member of g known to be lost, or nil.
+func (g *Group) lostMember() error {
+	for r := range g.Size() {
+		if err := g.fab.PeerErr(g.FabricRank(r)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Path is the device, port, GID and MTU the group's RDMA connections use.

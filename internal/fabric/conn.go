@@ -220,9 +220,14 @@ func (f *Fabric) awaitUsable(ctx context.Context, rank int) error {
 func (f *Fabric) setLost(rank int, cause error) {
 	err := fmt.Errorf("fabric: %w: rank %d: %v", ErrPeerLost, rank, cause)
 	if f.peers[rank].lost.CompareAndSwap(nil, &err) {
+		f.lostCancel(err)
 		f.kick()
 	}
 }
+
+// Lost is done once some peer has been lost; context.Cause gives the
+// error of the first.
+func (f *Fabric) Lost() context.Context { return f.lostCtx }
 
 // MarkLost records that rank is gone (its process died): calls to it fail
 // with ErrPeerLost from now on, including those in flight. Its QP is moved

@@ -117,6 +117,9 @@ type Fabric struct {
 	replySpin  time.Duration
 	opTime     atomic.Int64 // nanoseconds: see learnOpTime
 
+	lostCtx    context.Context // see Lost
+	lostCancel context.CancelCauseFunc
+
 	m     messaging // active messages
 	mgr   manager   // re-establishes failed connections
 	reads Reads     // request-based reads
@@ -188,6 +191,7 @@ func New(ctx context.Context, rank, size int, ex Exchanger, o Options) (f *Fabri
 	}
 	fab := &Fabric{rank: rank, size: size, spin: o.Spin, engineSpin: o.EngineSpin, replySpin: o.ReplySpin,
 		chunkSize: o.ChunkSize, peerTimeout: o.PeerTimeout, reconnectTimeout: ReconnectTimeout(o.PeerTimeout)}
+	fab.lostCtx, fab.lostCancel = context.WithCancelCause(context.Background())
 	f = fab
 	defer func() {
 		if err != nil {

@@ -54,6 +54,9 @@
 // command failed; 124 on timeout, which kills both guests; 125 when a guest stopped before
 // its command ended (its console is then printed). When one command fails or its guest dies,
 // the other guest is killed -linger later, as its command may be waiting for the first.
+// A command that writes the line "rxevm: kill this host" to its stdout has its guest killed
+// at once (qemu gets SIGKILL), which the other host sees as a host that died; that host's
+// exit code then does not count, and rxevm exits with the other's.
 //
 // The guests' vCPU threads run at nice -vcpunice (default 19), so that busy-polling guests do
 // not starve qemu's main loop, which moves their frames and serves 9p. Example, perftest

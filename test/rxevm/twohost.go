@@ -13,12 +13,18 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
 
 // hostSep separates the hosts' commands on rxevm's command line with -hosts 2.
 const hostSep = ":::"
+
+// KillMarker is the line that, written by a host's command to its stdout, makes rxevm kill
+// that host's guest at once (qemu gets SIGKILL): the other host sees a host die, with no
+// FIN, RST or link-down. The killed host's exit code then does not count; the other's does.
+const KillMarker = "rxevm: kill this host"
 
 // splitHosts splits args at hostSep into one command per host: with no separator, every host
 // runs the same command.
@@ -98,6 +104,9 @@ type guest struct {
 	code     int
 	reported bool   // the guest reported code
 	killed   string // why rxevm killed the guest, if it did before the timeout
+	// asked: the command wrote KillMarker and the guest was killed for it.
+	asked   atomic.Bool
+	askedAt atomic.Int64 // when, in Unix nanoseconds
 }
 
 func (g *guest) name() string { return "host" + strconv.Itoa(g.i) }
@@ -146,7 +155,12 @@ func (g *guest) start(ctx context.Context, o options, files *guestFiles, qemu, h
 		g.console = c
 		g.outs = append(g.outs, c)
 	}
-	stdout := &prefixWriter{mu: outMu, w: os.Stdout, prefix: "[" + g.name() + "] "}
+	stdout := &prefixWriter{mu: outMu, w: os.Stdout, prefix: "[" + g.name() + "] ", onLine: func(l []byte) {
+		if string(l) == KillMarker && !g.asked.Swap(true) {
+			g.askedAt.Store(time.Now().UnixNano())
+			g.cancel()
+		}
+	}}
 	stderr := &prefixWriter{mu: outMu, w: os.Stderr, prefix: "[" + g.name() + "] "}
 	g.outs = append(g.outs, stdout, stderr, qemuOut)
 	if err := g.cmd.Start(); err != nil {
@@ -255,7 +269,7 @@ func runTwoHosts(ctx context.Context, o options, cmds [][]string) (int, error) {
 		}
 		ended[g.i] = true
 		failed := !g.reported || g.code != 0
-		if failed && cause == "" && ctx.Err() == nil && g.killed == "" {
+		if failed && cause == "" && ctx.Err() == nil && g.killed == "" && !g.asked.Load() {
 			cause = g.name() + " failed"
 			if !g.reported {
 				cause = g.name() + "'s guest died"
@@ -272,6 +286,9 @@ func runTwoHosts(ctx context.Context, o options, cmds [][]string) (int, error) {
 	var summary []string
 	for _, g := range guests {
 		switch {
+		case g.asked.Load():
+			summary = append(summary, fmt.Sprintf("%s (%s): killed at %s, as its command asked",
+				g.name(), hostAddr(g.i), time.Unix(0, g.askedAt.Load()).UTC().Format("15:04:05.000")))
 		case g.reported:
 			s := fmt.Sprintf("%s (%s): exit %d", g.name(), hostAddr(g.i), g.code)
 			if g.code != 0 {
@@ -289,7 +306,7 @@ func runTwoHosts(ctx context.Context, o options, cmds [][]string) (int, error) {
 			summary = append(summary, fmt.Sprintf("%s (%s): the guest stopped without reporting an exit code (qemu: %v)", g.name(), hostAddr(g.i), exitStatus(g.werr)))
 			died = append(died, g.name())
 		}
-		if !g.reported && g.killed == "" {
+		if !g.reported && g.killed == "" && !g.asked.Load() {
 			if t, ok := g.console.(*tail); ok && len(t.buf) > 0 {
 				fmt.Fprintf(os.Stderr, "rxevm: %s's guest console:\n%s\n", g.name(), bytes.TrimRight(t.buf, "\r\n"))
 			}
@@ -356,6 +373,7 @@ type prefixWriter struct {
 	w      io.Writer
 	prefix string
 	buf    []byte
+	onLine func(line []byte) // if not nil, called with each line after it is written
 }
 
 func (p *prefixWriter) Write(b []byte) (int, error) {
@@ -390,4 +408,7 @@ func (p *prefixWriter) line(l []byte) {
 	p.mu.Lock()
 	p.w.Write(out)
 	p.mu.Unlock()
+	if p.onLine != nil {
+		p.onLine(l)
+	}
 }
