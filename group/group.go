@@ -289,8 +289,11 @@ func (g *Group) overTCP(ctx context.Context, call func(context.Context) error) e
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stop := context.AfterFunc(g.fab.Lost(), func() {
-		if err := g.lostMember(); err != nil {
-			cancel(err)
+		for r := range g.Size() {
+			if err := g.fab.PeerErr(g.FabricRank(r)); err != nil && !errors.Is(err, fabric.ErrPeerLeft) {
+				cancel(err)
+				return
+			}
 		}
 	})
 	defer stop()

@@ -136,7 +136,11 @@ func (g *Group) startLiveness(ctx context.Context) error {
 			lv.mu.Lock()
 			closing := lv.closing
 			lv.mu.Unlock()
-			if !closing {
+			switch {
+			case closing:
+			case errors.Is(err, errBye):
+				g.fab.MarkLost(r, fabric.ErrPeerLeft)
+			default:
 				g.fab.MarkLost(r, fmt.Errorf("its process is gone (%v)", err))
 			}
 		}()
@@ -144,8 +148,12 @@ func (g *Group) startLiveness(ctx context.Context) error {
 	return nil
 }
 
-// read hands every frame that comes in on c to deliver, until c fails or
-// its peer closes it.
+// errBye: the peer closed the group (a frame of length 0, which close sends
+// before it closes the connection).
+var errBye = errors.New("closed by its peer")
+
+// read hands every frame that comes in on c to deliver, until c fails, its
+// peer says bye (errBye) or closes it.
 func (lv *liveness) read(c net.Conn, deliver func([]byte)) error {
 	var buf [1 + fabric.MaxSignal]byte
 	for {
@@ -153,7 +161,10 @@ func (lv *liveness) read(c net.Conn, deliver func([]byte)) error {
 			return err
 		}
 		n := int(buf[0])
-		if n == 0 || n > fabric.MaxSignal {
+		if n == 0 {
+			return errBye
+		}
+		if n > fabric.MaxSignal {
 			return fmt.Errorf("malformed frame of %d bytes on its liveness connection", n)
 		}
 		if _, err := io.ReadFull(c, buf[1:1+n]); err != nil {
@@ -330,8 +341,14 @@ func (lv *liveness) close() {
 	lv.mu.Lock()
 	lv.closing = true
 	lv.mu.Unlock()
-	for _, c := range lv.conns {
+	for r, c := range lv.conns {
 		if c != nil {
+			// Bye, so that the peer tells a member that left from one
+			// that died; best effort, within a peer timeout.
+			lv.wmu[r].Lock()
+			c.SetWriteDeadline(time.Now().Add(lv.timeout))
+			c.Write([]byte{0})
+			lv.wmu[r].Unlock()
 			c.Close()
 		}
 	}

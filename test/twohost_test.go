@@ -30,6 +30,7 @@ const (
 	twoHostIters = 100               // FetchAndOp calls per rank per counter
 	twoHostData  = 64                // displacement of the Put/Get region
 	twoHostLen   = 5003              // bytes each rank puts: several 1024-byte RoCE packets, odd
+	twoHostBig   = 1 << 20           // the largest Put and Get
 )
 
 // twoHostSecret is the group secret when the runner gives no RMA_SECRET: the two guests' wire
@@ -81,7 +82,7 @@ func workTwoHost(ctx context.Context, g *group.Group) error {
 		return fmt.Errorf("size %d, want 2", g.Size())
 	}
 	me, peer := g.Rank(), 1-g.Rank()
-	w, err := win.Allocate(ctx, g, twoHostData+twoHostLen, 1)
+	w, err := win.Allocate(ctx, g, twoHostData+twoHostBig, 1)
 	if err != nil {
 		return err
 	}
@@ -195,6 +196,40 @@ func workTwoHost(ctx context.Context, g *group.Group) error {
 	}
 	if want := block(me)[777 : 777+1500]; !bytes.Equal(piece, want) {
 		return fmt.Errorf("Get of 1500 bytes at offset 777 of rank %d's window: %s", peer, firstDiff(piece, want))
+	}
+	// 8 KiB and 1 MiB each way: more than one packet at either host's MTU.
+	for _, n := range []int{8 << 10, twoHostBig} {
+		src := make([]byte, n)
+		for i := range src {
+			src[i] = twoHostByte(me, i+n)
+		}
+		if err := w.Put(ctx, src, peer, twoHostData); err != nil {
+			return fmt.Errorf("Put of %d bytes: %w", n, err)
+		}
+		if err := w.Flush(ctx, peer); err != nil {
+			return fmt.Errorf("Flush after a Put of %d bytes: %w", n, err)
+		}
+		if err := g.Barrier(ctx); err != nil {
+			return err
+		}
+		if err := w.Sync(); err != nil {
+			return err
+		}
+		for i, b := range w.Bytes()[twoHostData : twoHostData+n] {
+			if want := twoHostByte(peer, i+n); b != want {
+				return fmt.Errorf("own window after rank %d's Put of %d bytes: byte %d = %#x, want %#x", peer, n, i, b, want)
+			}
+		}
+		dst := make([]byte, n)
+		if err := w.Get(ctx, dst, peer, twoHostData); err != nil {
+			return fmt.Errorf("Get of %d bytes: %w", n, err)
+		}
+		if !bytes.Equal(dst, src) {
+			return fmt.Errorf("Get of %d bytes of rank %d's window: %s", n, peer, firstDiff(dst, src))
+		}
+		if err := g.Barrier(ctx); err != nil {
+			return err
+		}
 	}
 	fmt.Println("putget=ok")
 	if err := w.UnlockAll(ctx); err != nil {

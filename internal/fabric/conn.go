@@ -218,15 +218,17 @@ func (f *Fabric) awaitUsable(ctx context.Context, rank int) error {
 // setLost records that rank is gone; calls to it fail from now on. It
 // takes no lock: completion handling calls it.
 func (f *Fabric) setLost(rank int, cause error) {
-	err := fmt.Errorf("fabric: %w: rank %d: %v", ErrPeerLost, rank, cause)
+	err := fmt.Errorf("fabric: %w: rank %d: %w", ErrPeerLost, rank, cause)
 	if f.peers[rank].lost.CompareAndSwap(nil, &err) {
-		f.lostCancel(err)
+		if !errors.Is(cause, ErrPeerLeft) {
+			f.lostCancel(err)
+		}
 		f.kick()
 	}
 }
 
-// Lost is done once some peer has been lost; context.Cause gives the
-// error of the first.
+// Lost is done once some peer has been lost other than by leaving
+// (ErrPeerLeft); context.Cause gives the error of the first.
 func (f *Fabric) Lost() context.Context { return f.lostCtx }
 
 // MarkLost records that rank is gone (its process died): calls to it fail

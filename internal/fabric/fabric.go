@@ -131,6 +131,11 @@ var OfGroup func(g any) *Fabric
 // ErrPeerLost is returned when a peer's connection fails.
 var ErrPeerLost = verbs.ErrPeerLost
 
+// ErrPeerLeft is the cause MarkLost is given for a peer that closed the
+// group: calls to it fail with ErrPeerLost, but Lost does not fire (a
+// member leaves only once it has completed every collective).
+var ErrPeerLeft = errors.New("it closed the group")
+
 // DefaultPeerTimeout is how long a peer may stay silent before calls to it
 // fail with ErrPeerLost, unless Options.PeerTimeout says otherwise.
 const DefaultPeerTimeout = time.Second
