@@ -45,14 +45,18 @@ type Options struct {
 	SetGIDIndex bool
 	// MTU is the path MTU (0 = the port's active MTU).
 	MTU verbs.MTU
-	// Spin is how long a waiting call polls before sleeping on the
-	// completion channel (0 = 50us).
+	// Spin is the least time a waiting call polls for an RDMA completion
+	// before sleeping on the completion channel (0 = 50us); a call polls
+	// for twice the usual time of the process's operations if that is
+	// longer (across hosts a round trip is), at most ReplySpin.
 	Spin time.Duration
-	// EngineSpin is how long the engine polls for more active messages
-	// after serving one before it sleeps (0 = 2ms); ReplySpin how long a
-	// call polls for a reply before it sleeps (0 = 5ms). Polling yields the
-	// CPU between polls; waking a sleeping process can cost far more than a
-	// round trip.
+	// EngineSpin is the least time the engine polls for more active
+	// messages after serving one before it sleeps (0 = 2ms); it polls for
+	// three times the usual gap between requests if that is longer, at
+	// most 16 x EngineSpin, so that a peer whose round trip is long finds
+	// it awake. ReplySpin is how long a call polls for a reply before it
+	// sleeps (0 = 5ms). Polling yields the CPU now and then; waking a
+	// sleeping process can cost far more than a round trip.
 	EngineSpin, ReplySpin time.Duration
 	// PeerTimeout is how long a peer may stay silent before calls to it
 	// fail with an error matching verbs.ErrPeerLost (0 = 1 s). A connection

@@ -96,9 +96,13 @@
 // FetchAndOp, CompareAndSwap, Request.Wait) never writes its result buffer
 // afterwards, and the target may or may not have applied it. A cancelled
 // Fence or Free leaves the group's bootstrap broken: later collective calls
-// fail. When a peer process dies, calls to it fail with ErrPeerLost within
-// the group's peer timeout (group.Options.PeerTimeout) and calls among the
-// others go on; Free then returns an error.
+// fail. When a peer process dies, calls to it fail with ErrPeerLost at once
+// (its kernel closes its connections); when its whole host dies, within
+// about twice the group's peer timeout (group.Options.PeerTimeout: the
+// transport gives up after seven ACK timeouts, and the liveness connection
+// within three peer timeouts). Calls among the others go on, collectives
+// of a group that holds it fail with ErrPeerLost too, and Free returns an
+// error but still releases this rank's part of the window.
 //
 // # Errors
 //
