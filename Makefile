@@ -32,7 +32,7 @@ nocgo:
 
 # Every fuzz target of the decoders of bytes from the network, briefly; a
 # failure prints the fuzzer's output and the failing input (kept in testdata).
-FUZZPKGS := ./internal/bootstrap ./fallback ./datatype ./verbs
+FUZZPKGS := ./internal/bootstrap ./fallback ./datatype ./verbs ./service
 fuzz:
 	GO=$(GO) FUZZTIME=$(FUZZTIME) bash hack/fuzz.sh $(FUZZPKGS)
 

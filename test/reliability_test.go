@@ -108,6 +108,30 @@ func workPeerDeath(ctx context.Context, g *group.Group) error {
 		}
 	}
 	fmt.Println("survivors=ok")
+	// The survivors wait for one another before Free (a collective that
+	// fails at once now that rank 3 is gone, and releases this rank's
+	// window): each adds 1 to word 3 of rank 0 and polls it until all
+	// three have, then adds 1 again, its last access to rank 0; rank 0
+	// frees only once the word reaches 6.
+	wait := func(want int64) error {
+		for {
+			n, err := win.FetchAndOp(ctx, w, int64(0), 0, 3, op.NoOp)
+			if err != nil || n >= want {
+				return err
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	for _, want := range []int64{3, 6} {
+		if _, err := win.FetchAndOp(ctx, w, int64(1), 0, 3, op.Sum); err != nil {
+			return fmt.Errorf("survivors' barrier: %w", err)
+		}
+		if want == 3 || g.Rank() == 0 {
+			if err := wait(want); err != nil {
+				return fmt.Errorf("survivors' barrier: %w", err)
+			}
+		}
+	}
 	// Free is collective and rank 3 cannot take part: it must return, with an error.
 	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()

@@ -5,6 +5,8 @@ package test
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -53,6 +55,8 @@ func runSvcRole(role string) int {
 	switch role {
 	case "server":
 		err = svcServer(ctx)
+	case "frozen":
+		err = svcFrozen(ctx)
 	case "client":
 		err = svcClient(ctx, os.Getenv("RMA_SVC_MODE"))
 	default:
@@ -219,6 +223,8 @@ func svcClient(ctx context.Context, mode string) error {
 		return svcRestart(ctx, addr)
 	case "scale":
 		return svcScale(ctx, addr)
+	case "frozen":
+		return svcFrozenClient(ctx, addr)
 	}
 	return fmt.Errorf("unknown client mode %q", mode)
 }
@@ -761,6 +767,19 @@ func svcRestart(ctx context.Context, addr string) error {
 	if old, err := w2.FetchAndOp(ctx, 1, 0, op.Sum); err != nil || old != 0 {
 		return fmt.Errorf("FetchAndOp on the restarted server: %d, %v; want 0 (fresh memory)", old, err)
 	}
+	// The server closes (Server.Close) while this client is connected.
+	if err := svcWrite("ready2", ""); err != nil {
+		return err
+	}
+	if _, err := svcAwait(ctx, "closed"); err != nil {
+		return err
+	}
+	t0 = time.Now()
+	_, err = w2.FetchAndOp(cctx, 1, 0, op.Sum)
+	fmt.Printf("call after Server.Close: %v after %v\n", err, time.Since(t0))
+	if !errors.Is(err, verbs.ErrPeerLost) {
+		return fmt.Errorf("call to a closed server: %v, want ErrPeerLost", err)
+	}
 	return cl2.Close()
 }
 
@@ -949,7 +968,8 @@ func TestServiceAuth(t *testing.T) {
 
 // TestServiceRestart (d): a server killed with SIGKILL: the client's next
 // call fails with ErrPeerLost within 15 s; the server restarted on the
-// same port takes a new Dial.
+// same port takes a new Dial; when that server closes (Server.Close), the
+// client's next call fails with ErrPeerLost too.
 func TestServiceRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -973,8 +993,14 @@ func TestServiceRestart(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(s.dir, "restarted"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	waitCMFile(ctx, t, filepath.Join(s.dir, "ready2"), cl)
+	if got := value(t, s.stop(srv2), "counter"); got != "1" {
+		t.Errorf("restarted server's counter=%s, want 1", got)
+	}
+	if err := os.WriteFile(filepath.Join(s.dir, "closed"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	out := cl.wait(t, false)
-	s.stop(srv2)
 	ms, _ := strconv.Atoi(value(t, out, "lost_after_ms"))
 	t.Logf("the call after the kill failed after %d ms", ms)
 	if ms > 15000 {
@@ -1002,5 +1028,184 @@ func TestServiceScale(t *testing.T) {
 			f[k] = v
 		}
 		t.Logf("%-6s %-10s %-10s %-12s %-8s %-10s", f["n"], f["connect"], f["per_conn"], f["vmpin"], f["threads"], f["goroutines"])
+	}
+}
+
+// svcFrozen is a server of the wire protocol on raw verbs that, once its
+// client has opened its window, stops answering without disconnecting (its
+// QP goes to the error state, as when its host dies): only the client's
+// transport timeout can tell.
+func svcFrozen(ctx context.Context) (err error) {
+	var c cmCloser
+	defer func() { c.close(&err) }()
+	ap, err := netip.ParseAddrPort(os.Getenv("RMA_SVC_LISTEN"))
+	if err != nil {
+		return err
+	}
+	ch, err := verbs.NewEventChannel()
+	if err != nil {
+		return err
+	}
+	c.add(ch.Close)
+	lid, err := ch.CreateID()
+	if err != nil {
+		return err
+	}
+	c.add(lid.Close)
+	if err := lid.Listen(ap, 4); err != nil {
+		return err
+	}
+	route, err := lid.Route()
+	if err != nil {
+		return err
+	}
+	s, err := newCMSide(&c, route.Device, verbs.AccessRemoteRead|verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic)
+	if err != nil {
+		return err
+	}
+	if err := svcWrite(os.Getenv("RMA_SVC_PORTFILE"), strconv.Itoa(int(lid.LocalAddr().Port()))); err != nil {
+		return err
+	}
+	ev, err := lid.Event(ctx)
+	if err != nil {
+		return err
+	}
+	if ev.Type != verbs.CMConnectRequest || len(ev.PrivateData) < 40 || string(ev.PrivateData[:5]) != "RMAS\x01" {
+		return fmt.Errorf("event %v with private data %q, want a connection request of the protocol", ev.Type, ev.PrivateData)
+	}
+	id := ev.ID
+	c.add(id.Close)
+	cNonce := bytes.Clone(ev.PrivateData[8:40])
+	sNonce := bytes.Repeat([]byte{7}, 32)
+	qp, err := id.CreateQP(s.pd, verbs.QPConfig{SendCQ: s.cq, RecvCQ: s.cq, MaxSendWR: 8, MaxRecvWR: 8})
+	if err != nil {
+		return err
+	}
+	c.add(qp.Close)
+	for i := 0; i < 8; i++ {
+		if err := qp.PostRecv(uint64(100+i), s.mr.Local(2048+i*256, 256)); err != nil {
+			return err
+		}
+	}
+	if _, err := id.Accept(ctx, verbs.ConnParam{PrivateData: append([]byte("RMAS\x01\x00\x00\x00"), sNonce...)}); err != nil {
+		return err
+	}
+	recv := func() ([]byte, error) {
+		for {
+			wc, err := s.poll(ctx)
+			if err == nil {
+				err = wc.Err()
+			}
+			if err != nil {
+				return nil, err
+			}
+			if wc.Opcode == verbs.WCRecv {
+				off := 2048 + int(wc.WRID-100)*256
+				return bytes.Clone(s.mem[off : off+int(wc.ByteLen)]), nil
+			}
+		}
+	}
+	mac := func(label string, a, b []byte) []byte {
+		m := hmac.New(sha256.New, []byte(os.Getenv("RMA_SVC_SECRET")))
+		m.Write([]byte(label))
+		m.Write(a)
+		m.Write(b)
+		return m.Sum(nil)
+	}
+	send := func(b []byte) error {
+		copy(s.mem[1024:], b)
+		return qp.PostSend(1, s.mr.Local(1024, len(b)), verbs.SendSignaled)
+	}
+	m, err := recv()
+	if err != nil {
+		return err
+	}
+	if len(m) != 40 || m[0] != 1 || !hmac.Equal(m[8:], mac("rma-service-client", sNonce, cNonce)) {
+		return fmt.Errorf("proof % x is not the client's", m)
+	}
+	if err := send(append([]byte{0x81, 0, 0, 0, m[4], m[5], m[6], m[7]}, mac("rma-service-server", cNonce, sNonce)...)); err != nil {
+		return err
+	}
+	if m, err = recv(); err != nil {
+		return err
+	}
+	if len(m) != 10 || m[0] != 2 || string(m[9:]) != "w" {
+		return fmt.Errorf("open request % x, want one for \"w\"", m)
+	}
+	reply := []byte{0x83, 0, 0, 0, m[4], m[5], m[6], m[7]}
+	reply = binary.LittleEndian.AppendUint64(reply, s.mr.Addr())
+	reply = binary.LittleEndian.AppendUint32(reply, s.mr.RKey())
+	reply = binary.LittleEndian.AppendUint32(reply, 0)
+	reply = binary.LittleEndian.AppendUint64(reply, 512)
+	if err := send(reply); err != nil {
+		return err
+	}
+	if _, err := svcAwait(ctx, "opened"); err != nil {
+		return err
+	}
+	if err := qp.SetError(); err != nil {
+		return err
+	}
+	fmt.Println("frozen server: QP in the error state, no disconnect")
+	if err := svcWrite("frozen", ""); err != nil {
+		return err
+	}
+	_, err = svcAwait(ctx, "done")
+	return err
+}
+
+// svcFrozenClient: a client of svcFrozen.
+func svcFrozenClient(ctx context.Context, addr string) error {
+	cl, err := service.Dial(ctx, addr, svcConfig())
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	w, err := cl.Open(ctx, "w")
+	if err != nil {
+		return err
+	}
+	if old, err := w.FetchAndOp(ctx, 3, 0, op.Sum); err != nil || old != 0 {
+		return fmt.Errorf("FetchAndOp before the freeze: %d, %v; want 0", old, err)
+	}
+	if err := svcWrite("opened", ""); err != nil {
+		return err
+	}
+	if _, err := svcAwait(ctx, "frozen"); err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	t0 := time.Now()
+	_, err = w.FetchAndOp(cctx, 1, 0, op.Sum)
+	fmt.Printf("call to the frozen server: %v after %v\n", err, time.Since(t0))
+	fmt.Printf("lost_after_ms=%d\n", time.Since(t0).Milliseconds())
+	if !errors.Is(err, verbs.ErrPeerLost) {
+		return fmt.Errorf("call to a frozen server: %v, want ErrPeerLost", err)
+	}
+	if err := cl.Close(); err != nil {
+		return err
+	}
+	return svcWrite("done", "")
+}
+
+// TestServiceDeadPeer (d, without a disconnect): a server that stops
+// answering without disconnecting (a raw-verbs server of the protocol
+// whose QP goes to the error state, as when its host dies): the client's
+// next call fails with ErrPeerLost once its transport retries (ACK
+// timeout 67 ms, 6 retries) run out, within 15 s.
+func TestServiceDeadPeer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s := newSvcTest(t, ctx)
+	pf := "port.frozen"
+	srv := s.start("frozen server", "frozen", "RMA_SVC_LISTEN="+netip.AddrPortFrom(s.ip, 0).String(), "RMA_SVC_PORTFILE="+pf)
+	port := string(waitCMFile(ctx, t, filepath.Join(s.dir, pf), srv))
+	out := s.client("client", s.ip.String()+":"+port, "frozen").wait(t, false)
+	srv.wait(t, false)
+	ms, _ := strconv.Atoi(value(t, out, "lost_after_ms"))
+	t.Logf("the call to the frozen server failed after %d ms", ms)
+	if ms > 15000 {
+		t.Errorf("the call to the frozen server took %d ms to fail, want at most 15 s", ms)
 	}
 }

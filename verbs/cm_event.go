@@ -214,6 +214,8 @@ type EventChannel struct {
 	ids    map[uint64]*CMID
 	closed bool
 	gen    uint64 // counts readers, so a late cancellation hits none
+
+	queued chan struct{} // a token whenever an event is queued for a non-listening id
 }
 
 // NewEventChannel opens an event channel (/dev/infiniband/rdma_cm, which
@@ -239,7 +241,7 @@ func NewEventChannel() (*EventChannel, error) {
 		cmDestroyChannel(p)
 		return nil, fmt.Errorf("verbs: rdma_cm event channel: %w", err)
 	}
-	ch := &EventChannel{p: p, f: f, rc: rc, token: make(chan struct{}, 1), ids: map[uint64]*CMID{}}
+	ch := &EventChannel{p: p, f: f, rc: rc, token: make(chan struct{}, 1), ids: map[uint64]*CMID{}, queued: make(chan struct{}, 1)}
 	ch.tr.track("rdma_cm event channel")
 	return ch, nil
 }
@@ -382,6 +384,10 @@ func (ch *EventChannel) dispatch(raw *rawCMEvent) {
 		ch.mu.Unlock()
 		if target != nil {
 			target.notify()
+			select {
+			case ch.queued <- struct{}{}:
+			default:
+			}
 		}
 		return
 	}
@@ -403,4 +409,26 @@ func (ch *EventChannel) dispatch(raw *rawCMEvent) {
 	target.q = append(target.q, ev)
 	ch.mu.Unlock()
 	target.notify()
+}
+
+// Queued returns a channel that receives a token whenever an event is
+// queued for an id of the channel (every event but a connection request,
+// which its listener's Event returns). While one goroutine reads the
+// channel (waiting in Event on a listener), another can watch many
+// connections with it and TryEvent, without a goroutine per connection.
+func (ch *EventChannel) Queued() <-chan struct{} {
+	if ch == nil {
+		return nil
+	}
+	return ch.queued
+}
+
+// TryEvent returns the id's next queued event, if there is one, without
+// waiting and without reading the channel.
+func (id *CMID) TryEvent() (CMEvent, bool) {
+	if id == nil || id.ch == nil {
+		return CMEvent{}, false
+	}
+	ev, ok, _ := id.pop()
+	return ev, ok
 }

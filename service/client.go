@@ -1,0 +1,496 @@
+package service
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+
+	"github.com/onesided/rma/atomics"
+	"github.com/onesided/rma/verbs"
+	"github.com/onesided/rma/win"
+)
+
+// Client is a connection to a Server. See Dial.
+type Client struct {
+	cfg  ClientConfig
+	addr netip.AddrPort
+
+	ch  *verbs.EventChannel
+	id  *verbs.CMID
+	dev *verbs.Context
+	pd  *verbs.PD
+	cc  *verbs.CompChannel
+	cq  *verbs.CQ
+	qp  *verbs.QP
+	buf []byte // result word, send buffer, receive buffers, staging
+	mr  *verbs.MR
+
+	policy  atomics.Policy
+	wcancel context.CancelFunc
+	wdone   chan struct{}
+	lost    atomic.Bool // the connection manager reported a disconnect
+
+	mu       sync.Mutex // serializes the calls; guards what follows
+	closed   bool
+	err      error  // the connection failed: every call returns it
+	posted   uint64 // id of the last send work request posted
+	done     uint64 // id of the last one completed (they complete in order)
+	seq      uint32 // the current request's sequence number
+	replySeq uint32 // the sequence number of the reply in reply
+	replyLen int
+	reply    [recvSize]byte
+	wcs      [8]verbs.WC
+	a, b     [8]byte // operands of the compare-and-swap loops
+}
+
+// Layout of Client.buf.
+const (
+	resultOff  = 0
+	sendOff    = 64
+	recvOff    = 512
+	clientRecv = 4 // receive buffers posted
+	stagingOff = 4096
+
+	recvTag   = 1 << 63 // marks receive work request ids
+	spinPolls = 64      // CQ polls before sleeping on the channel
+)
+
+// Dial connects to the server at addr (host:port; a host name is looked
+// up first) and authenticates: the client proves it holds cfg.Secret, and
+// the server proves it holds it too. It fails with an error matching
+// ErrAuth when either proof fails, ErrServerFull when the server has as
+// many connections as it takes, verbs.ErrNoListener when nothing listens
+// there, and ErrProtocol when the peer does not speak this protocol.
+//
+// A Client may be used by many goroutines at once; its calls are carried
+// out one at a time. Close it to release its connection and memory.
+func Dial(ctx context.Context, addr string, cfg ClientConfig) (c *Client, err error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	ap, err := resolve(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	c = &Client{cfg: cfg, addr: ap}
+	made := c
+	defer func() {
+		if err != nil {
+			made.release()
+			c = nil
+		}
+	}()
+	if c.ch, err = verbs.NewEventChannel(); err != nil {
+		return nil, err
+	}
+	if c.id, err = c.ch.CreateID(); err != nil {
+		return nil, err
+	}
+	if err = c.id.ResolveAddr(ctx, netip.Addr{}, ap); err != nil {
+		return nil, err
+	}
+	if err = c.id.ResolveRoute(ctx); err != nil {
+		return nil, err
+	}
+	route, err := c.id.Route()
+	if err != nil {
+		return nil, err
+	}
+	if c.dev, err = verbs.OpenCM(route.Device); err != nil {
+		return nil, err
+	}
+	attr, err := c.dev.QueryDevice()
+	if err != nil {
+		return nil, err
+	}
+	c.policy = atomics.DefaultPolicy(attr.AtomicCap != verbs.AtomicNone)
+	if c.pd, err = c.dev.AllocPD(); err != nil {
+		return nil, err
+	}
+	if c.cc, err = c.dev.CreateCompChannel(); err != nil {
+		return nil, err
+	}
+	if c.cq, err = c.dev.CreateCQ(32, c.cc); err != nil {
+		return nil, err
+	}
+	if c.buf, err = verbs.Alloc(stagingOff + cfg.StagingSize); err != nil {
+		return nil, err
+	}
+	if c.mr, err = c.pd.RegisterMR(c.buf, verbs.AccessLocalWrite); err != nil {
+		return nil, err
+	}
+	if err = c.id.SetAckTimeout(cfg.AckTimeout); err != nil {
+		return nil, err
+	}
+	if c.qp, err = c.id.CreateQP(c.pd, verbs.QPConfig{SendCQ: c.cq, RecvCQ: c.cq, MaxSendWR: 16, MaxRecvWR: clientRecv}); err != nil {
+		return nil, err
+	}
+	for i := 0; i < clientRecv; i++ {
+		if err = c.qp.PostRecv(recvTag|uint64(i), c.mr.Local(recvOff+i*recvSize, recvSize)); err != nil {
+			return nil, err
+		}
+	}
+	var cNonce [nonceLen]byte
+	if _, err = rand.Read(cNonce[:]); err != nil {
+		return nil, err
+	}
+	ev, err := c.id.Connect(ctx, verbs.ConnParam{PrivateData: appendHello(nil, &cNonce)})
+	if err != nil {
+		var ce *verbs.CMError
+		if errors.As(err, &ce) && ce.Event == verbs.CMRejected {
+			switch parseReject(ce.PrivateData) {
+			case rejectFull:
+				return nil, fmt.Errorf("service: dial %v: %w (%w)", ap, ErrServerFull, err)
+			case rejectProtocol:
+				return nil, fmt.Errorf("service: dial %v: %w: the server refused the handshake (%w)", ap, ErrProtocol, err)
+			}
+		}
+		return nil, fmt.Errorf("service: dial %v: %w", ap, err)
+	}
+	sNonce, err := parseHello(ev.PrivateData)
+	if err != nil {
+		c.id.Disconnect()
+		return nil, err
+	}
+	c.qp.SetMinRNRTimer(12)
+	wctx, cancel := context.WithCancel(context.Background())
+	c.wcancel, c.wdone = cancel, make(chan struct{})
+	go c.watch(wctx)
+	if err = c.authenticate(ctx, &cNonce, &sNonce); err != nil {
+		c.id.Disconnect()
+		return nil, err
+	}
+	return c, nil
+}
+
+// watch waits for the connection manager's events: a disconnect (the
+// server closed, died or dropped the connection) fails every call.
+func (c *Client) watch(ctx context.Context) {
+	defer close(c.wdone)
+	for {
+		ev, err := c.id.Event(ctx)
+		if err != nil {
+			return
+		}
+		if ev.Type == verbs.CMDisconnected || ev.Type == verbs.CMDeviceRemoval {
+			c.lost.Store(true)
+			c.cc.Wake()
+		}
+	}
+}
+
+func (c *Client) authenticate(ctx context.Context, cNonce, sNonce *[nonceLen]byte) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seq++
+	putHeader(c.buf[sendOff:], msgAuth, c.seq)
+	proof(c.buf[sendOff+headerLen:sendOff+authLen], c.cfg.Secret, clientLabel, sNonce, cNonce)
+	if err := c.request(ctx, authLen); err != nil {
+		if errors.Is(err, verbs.ErrPeerLost) {
+			return fmt.Errorf("service: the server dropped the connection before authenticating it: %w", err)
+		}
+		return err
+	}
+	switch c.reply[0] {
+	case msgAuthFail:
+		return fmt.Errorf("%w: the server refused the client's proof (the secrets differ)", ErrAuth)
+	case msgAuthOK:
+		var want [macLen]byte
+		proof(want[:], c.cfg.Secret, serverLabel, cNonce, sNonce)
+		if c.replyLen != authLen || !hmac.Equal(c.reply[headerLen:authLen], want[:]) {
+			return fmt.Errorf("%w: the server's proof is wrong (the secrets differ)", ErrAuth)
+		}
+		return nil
+	}
+	return fmt.Errorf("%w: reply %#x to the authentication", ErrProtocol, c.reply[0])
+}
+
+// request sends the n-byte message in the send buffer (its sequence
+// number c.seq) and waits for the reply; c.mu is held.
+func (c *Client) request(ctx context.Context, n int) error {
+	c.posted++
+	if err := c.qp.PostSend(c.posted, c.mr.Local(sendOff, n), verbs.SendSignaled); err != nil {
+		c.posted--
+		return err
+	}
+	return c.wait(ctx, c.posted, c.seq)
+}
+
+// Open opens the window the server exposes under name.
+func (c *Client) Open(ctx context.Context, name string) (*Window, error) {
+	if len(name) == 0 || len(name) > MaxNameLen {
+		return nil, fmt.Errorf("%w: window name of %d bytes (1 to %d)", win.ErrInvalid, len(name), MaxNameLen)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.begin(ctx); err != nil {
+		return nil, err
+	}
+	c.seq++
+	n := putOpen(c.buf[sendOff:], c.seq, name)
+	if err := c.request(ctx, n); err != nil {
+		return nil, err
+	}
+	switch c.reply[0] {
+	case msgOpenOK:
+		r, err := parseOpenOK(c.reply[:c.replyLen])
+		if err != nil {
+			return nil, err
+		}
+		if r.size > uint64(int(^uint(0)>>1)) {
+			return nil, fmt.Errorf("%w: window of %d bytes", ErrProtocol, r.size)
+		}
+		return &Window{c: c, addr: r.addr, rkey: r.rkey, size: int(r.size)}, nil
+	case msgOpenErr:
+		if c.replyLen == openErrLen && c.reply[headerLen] == openUnknown {
+			return nil, fmt.Errorf("%w: %q", ErrUnknownWindow, name)
+		}
+		return nil, fmt.Errorf("%w: the server refused to open %q", ErrProtocol, name)
+	}
+	return nil, fmt.Errorf("%w: reply %#x to an open", ErrProtocol, c.reply[0])
+}
+
+// Close disconnects from the server and releases the client's memory and
+// objects. Windows of the client then return ErrClosed.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
+	c.closed = true
+	c.id.Disconnect()
+	return c.release()
+}
+
+// release frees what Dial made, in reverse order; c.mu is held or the
+// client was never returned.
+func (c *Client) release() error {
+	if c.wcancel != nil {
+		c.wcancel()
+		<-c.wdone
+	}
+	var errs []error
+	add := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.qp != nil {
+		add(c.qp.Close())
+	}
+	if c.id != nil {
+		add(c.id.Close())
+	}
+	if c.mr != nil {
+		add(c.mr.Close())
+	}
+	if c.buf != nil {
+		add(verbs.Free(c.buf))
+	}
+	if c.cq != nil {
+		add(c.cq.Close())
+	}
+	if c.cc != nil {
+		add(c.cc.Close())
+	}
+	if c.pd != nil {
+		add(c.pd.Close())
+	}
+	if c.dev != nil {
+		add(c.dev.Close())
+	}
+	if c.ch != nil {
+		add(c.ch.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// begin checks that the client can take a call and waits for the work
+// requests of calls whose context ended; c.mu is held.
+func (c *Client) begin(ctx context.Context) error {
+	if c.closed {
+		return ErrClosed
+	}
+	if c.err != nil {
+		return c.err
+	}
+	if c.done < c.posted {
+		return c.wait(ctx, c.posted, 0)
+	}
+	return nil
+}
+
+// fail records the connection's failure; c.mu is held.
+func (c *Client) fail(err error) {
+	if c.err != nil {
+		return
+	}
+	if errors.Is(err, verbs.ErrPeerLost) {
+		c.err = fmt.Errorf("service: connection to %v lost: %w", c.addr, err)
+	} else {
+		c.err = fmt.Errorf("service: connection to %v lost: %w: %w", c.addr, verbs.ErrPeerLost, err)
+	}
+}
+
+var errDisconnected = errors.New("the server disconnected")
+
+// wait waits until send work request wr has completed and, if reply is
+// not 0, the reply to request reply has arrived: it polls the CQ a
+// while, then sleeps on the completion channel. c.mu is held.
+func (c *Client) wait(ctx context.Context, wr uint64, reply uint32) error {
+	spins, armed := 0, false
+	for {
+		n, err := c.cq.Poll(c.wcs[:])
+		if err != nil {
+			c.fail(err)
+		}
+		for i := 0; i < n; i++ {
+			c.complete(&c.wcs[i])
+		}
+		if reply != 0 && c.replySeq == reply {
+			return nil // the reply came: the request's send completed too
+		}
+		if c.err != nil {
+			return c.err
+		}
+		if c.done >= wr && reply == 0 {
+			return nil
+		}
+		if c.lost.Load() {
+			c.fail(errDisconnected)
+			return c.err
+		}
+		if n > 0 {
+			spins, armed = 0, false
+			continue
+		}
+		if spins < spinPolls {
+			spins++
+			continue
+		}
+		if !armed {
+			if err := c.cq.ReqNotify(); err != nil {
+				c.fail(err)
+				return c.err
+			}
+			armed = true
+			continue // poll once more: a completion may have come before the arming
+		}
+		if err := c.cc.Wait(ctx); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			c.fail(err)
+			return c.err
+		}
+		armed = false
+	}
+}
+
+// complete handles one completion; c.mu is held.
+func (c *Client) complete(wc *verbs.WC) {
+	if wc.WRID&recvTag == 0 {
+		c.done = wc.WRID
+		if err := wc.Err(); err != nil {
+			c.fail(err)
+		}
+		return
+	}
+	if err := wc.Err(); err != nil {
+		c.fail(err)
+		return
+	}
+	i := int(wc.WRID &^ recvTag)
+	if i >= clientRecv || wc.ByteLen > recvSize {
+		return
+	}
+	off := recvOff + i*recvSize
+	msg := c.buf[off : off+int(wc.ByteLen)]
+	if _, seq, ok := header(msg); ok && seq == c.seq && c.replySeq != seq {
+		c.replyLen = copy(c.reply[:], msg)
+		c.replySeq = seq
+	}
+	if err := c.qp.PostRecv(wc.WRID, c.mr.Local(off, recvSize)); err != nil {
+		c.fail(err)
+	}
+}
+
+// The one-sided operations; c.mu is held and begin has succeeded.
+
+func (c *Client) write(ctx context.Context, src []byte, raddr uint64, rkey uint32) error {
+	for len(src) > 0 {
+		n := copy(c.buf[stagingOff:], src)
+		c.posted++
+		if err := c.qp.PostWrite(c.posted, c.mr.Local(stagingOff, n), raddr, rkey, verbs.SendSignaled); err != nil {
+			c.posted--
+			return err
+		}
+		if err := c.wait(ctx, c.posted, 0); err != nil {
+			return err
+		}
+		src, raddr = src[n:], raddr+uint64(n)
+	}
+	return nil
+}
+
+func (c *Client) read(ctx context.Context, dst []byte, raddr uint64, rkey uint32) error {
+	for len(dst) > 0 {
+		n := min(len(dst), c.cfg.StagingSize)
+		c.posted++
+		if err := c.qp.PostRead(c.posted, c.mr.Local(stagingOff, n), raddr, rkey, verbs.SendSignaled); err != nil {
+			c.posted--
+			return err
+		}
+		if err := c.wait(ctx, c.posted, 0); err != nil {
+			return err
+		}
+		copy(dst, c.buf[stagingOff:stagingOff+n])
+		dst, raddr = dst[n:], raddr+uint64(n)
+	}
+	return nil
+}
+
+func (c *Client) result() uint64 { return binary.NativeEndian.Uint64(c.buf[resultOff:]) }
+
+func (c *Client) read8(ctx context.Context, raddr uint64, rkey uint32) (uint64, error) {
+	c.posted++
+	if err := c.qp.PostRead(c.posted, c.mr.Local(resultOff, 8), raddr, rkey, verbs.SendSignaled); err != nil {
+		c.posted--
+		return 0, err
+	}
+	if err := c.wait(ctx, c.posted, 0); err != nil {
+		return 0, err
+	}
+	return c.result(), nil
+}
+
+func (c *Client) fetchAdd(ctx context.Context, raddr uint64, rkey uint32, v uint64) (uint64, error) {
+	c.posted++
+	if err := c.qp.PostFetchAdd(c.posted, c.mr.Local(resultOff, 8), raddr, rkey, v, verbs.SendSignaled); err != nil {
+		c.posted--
+		return 0, err
+	}
+	if err := c.wait(ctx, c.posted, 0); err != nil {
+		return 0, err
+	}
+	return c.result(), nil
+}
+
+func (c *Client) compareSwap(ctx context.Context, raddr uint64, rkey uint32, compare, swap uint64) (uint64, error) {
+	c.posted++
+	if err := c.qp.PostCompareSwap(c.posted, c.mr.Local(resultOff, 8), raddr, rkey, compare, swap, verbs.SendSignaled); err != nil {
+		c.posted--
+		return 0, err
+	}
+	if err := c.wait(ctx, c.posted, 0); err != nil {
+		return 0, err
+	}
+	return c.result(), nil
+}

@@ -1,0 +1,598 @@
+package service
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/onesided/rma/verbs"
+	"github.com/onesided/rma/win"
+)
+
+// Server exposes memory to clients. See Listen.
+type Server struct {
+	cfg  ServerConfig
+	addr netip.AddrPort
+
+	ch    *verbs.EventChannel
+	lid   *verbs.CMID
+	dev   *verbs.Context
+	pd    *verbs.PD
+	cc    *verbs.CompChannel
+	rcq   *verbs.CQ // receives of every connection, through srq
+	scq   *verbs.CQ // sends (replies) of every connection
+	srq   *verbs.SRQ
+	rbuf  []byte // the receive buffers
+	rmr   *verbs.MR
+	sendN int // send CQ entries
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	stop   atomic.Bool // tells the control loop to leave
+	kick   chan struct{}
+	wg     sync.WaitGroup
+
+	closeOnce sync.Once
+	closeErr  error
+
+	mu      sync.Mutex // guards what follows
+	closed  bool
+	windows map[string]*exposed
+	conns   map[uint32]*sconn // by QP number
+	serial  uint32
+	victims []*sconn // scratch of the watch loop
+}
+
+// exposed is one window.
+type exposed struct {
+	mem []byte
+	mr  *verbs.MR
+}
+
+// sconn is one connection at the server. Its flags are under Server.mu.
+type sconn struct {
+	id       *verbs.CMID
+	qp       *verbs.QP
+	qpn      uint32
+	serial   uint32
+	cNonce   [nonceLen]byte
+	sNonce   [nonceLen]byte
+	accepted bool // Accept returned: the watch loop owns the id's events
+	authed   bool
+	failing  bool // its proof was refused; it goes when the refusal is sent
+	kill     bool // to be torn down by the watch loop
+	dead     bool // torn down, or about to be
+	deadline time.Time
+	sends    int // sends outstanding
+}
+
+// maxConnSends bounds a connection's outstanding replies: a client waits
+// for each reply before its next request, so more means it does not.
+const maxConnSends = 2
+
+// Listen listens for clients on addr, an IP address and port of an RDMA
+// device's network interface ("10.0.0.1:7471"; port 0 picks one, see
+// Addr; a host name is looked up first). The device is the one the
+// connection manager binds that address to; an unspecified address
+// (0.0.0.0, ::) is not supported in this version. cfg.Secret is required.
+//
+// The server runs three goroutines until Close: one takes connection
+// requests (and accepts them), one watches the connections' events and
+// the authentication deadlines, one answers the control messages. All
+// connections share one receive queue (cfg.RecvBuffers buffers), one
+// receive CQ and one send CQ (sized for cfg.MaxConns), so the server's
+// memory does not grow with its clients beyond one QP each.
+func Listen(ctx context.Context, addr string, cfg ServerConfig) (s *Server, err error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	ap, err := resolve(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	if ap.Addr().IsUnspecified() {
+		return nil, fmt.Errorf("%w: listen on a specific address, not %v", verbs.ErrInvalid, ap.Addr())
+	}
+	s = &Server{cfg: cfg, kick: make(chan struct{}, 1), windows: map[string]*exposed{}, conns: map[uint32]*sconn{}}
+	made := s
+	defer func() {
+		if err != nil {
+			made.release()
+			s = nil
+		}
+	}()
+	if s.ch, err = verbs.NewEventChannel(); err != nil {
+		return nil, err
+	}
+	if s.lid, err = s.ch.CreateID(); err != nil {
+		return nil, err
+	}
+	if err = s.lid.SetReuseAddr(true); err != nil {
+		return nil, err
+	}
+	if err = s.lid.Listen(ap, 0); err != nil {
+		return nil, fmt.Errorf("service: listen on %v: %w", ap, err)
+	}
+	s.addr = s.lid.LocalAddr()
+	route, err := s.lid.Route()
+	if err != nil {
+		return nil, err
+	}
+	if s.dev, err = verbs.OpenCM(route.Device); err != nil {
+		return nil, err
+	}
+	if s.pd, err = s.dev.AllocPD(); err != nil {
+		return nil, err
+	}
+	if s.cc, err = s.dev.CreateCompChannel(); err != nil {
+		return nil, err
+	}
+	if s.rcq, err = s.dev.CreateCQ(cfg.RecvBuffers, s.cc); err != nil {
+		return nil, err
+	}
+	// Each connection has at most maxConnSends replies outstanding, and a
+	// connection torn down leaves at most as many (flushed) behind, which
+	// the control loop drains at once.
+	s.sendN = 2*maxConnSends*cfg.MaxConns + 64
+	if s.scq, err = s.dev.CreateCQ(s.sendN, s.cc); err != nil {
+		return nil, err
+	}
+	if s.srq, err = s.pd.CreateSRQ(verbs.SRQConfig{MaxWR: cfg.RecvBuffers}); err != nil {
+		return nil, err
+	}
+	if s.rbuf, err = verbs.Alloc(cfg.RecvBuffers * recvSize); err != nil {
+		return nil, err
+	}
+	if s.rmr, err = s.pd.RegisterMR(s.rbuf, verbs.AccessLocalWrite); err != nil {
+		return nil, err
+	}
+	for i := 0; i < cfg.RecvBuffers; i++ {
+		if err = s.srq.PostRecv(uint64(i), s.rmr.Local(i*recvSize, recvSize)); err != nil {
+			return nil, err
+		}
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.wg.Add(3)
+	go s.acceptLoop()
+	go s.watchLoop()
+	go s.controlLoop()
+	return s, nil
+}
+
+// Addr is the address the server listens on (with the port picked, for
+// port 0).
+func (s *Server) Addr() netip.AddrPort { return s.addr }
+
+// Conns is the number of connections the server holds, authenticated or not.
+func (s *Server) Conns() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
+}
+
+// Expose makes mem a window that authenticated clients may open by name
+// and read, write and update with atomics, until Close. mem must be
+// 8-byte aligned (memory from verbs.Alloc is page aligned), must not be
+// empty, and must stay valid until Close returns; the server registers
+// it (it is pinned until Close). The server never touches mem itself:
+// concurrent updates by the process and by clients' atomics are not
+// atomic with each other. name is 1 to MaxNameLen bytes.
+func (s *Server) Expose(name string, mem []byte) error {
+	if len(name) == 0 || len(name) > MaxNameLen {
+		return fmt.Errorf("%w: window name of %d bytes (1 to %d)", win.ErrInvalid, len(name), MaxNameLen)
+	}
+	if len(mem) == 0 || uintptr(unsafe.Pointer(&mem[0]))%8 != 0 {
+		return fmt.Errorf("%w: window memory must be non-empty and 8-byte aligned", win.ErrInvalid)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	if _, ok := s.windows[name]; ok {
+		return fmt.Errorf("%w: %q", ErrExists, name)
+	}
+	mr, err := s.pd.RegisterMR(mem, verbs.AccessLocalWrite|verbs.AccessRemoteRead|verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic)
+	if err != nil {
+		return err
+	}
+	s.windows[name] = &exposed{mem: mem, mr: mr}
+	return nil
+}
+
+// Close disconnects every client, stops the server's goroutines and
+// releases everything it holds (the windows' memory stays the caller's).
+// Clients' calls then fail with errors matching verbs.ErrPeerLost.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		s.mu.Unlock()
+		s.cancel()
+		s.stop.Store(true)
+		s.cc.Wake()
+		s.wg.Wait()
+		s.mu.Lock()
+		conns := make([]*sconn, 0, len(s.conns))
+		for _, c := range s.conns {
+			c.dead = true
+			conns = append(conns, c)
+		}
+		clear(s.conns)
+		s.mu.Unlock()
+		for _, c := range conns {
+			teardown(c)
+		}
+		s.closeErr = s.release()
+	})
+	return s.closeErr
+}
+
+// release frees what Listen made, in reverse order.
+func (s *Server) release() error {
+	var errs []error
+	add := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if s.lid != nil {
+		add(s.lid.Close())
+	}
+	for _, w := range s.windows {
+		add(w.mr.Close())
+	}
+	if s.srq != nil {
+		add(s.srq.Close())
+	}
+	if s.rmr != nil {
+		add(s.rmr.Close())
+	}
+	if s.rbuf != nil {
+		add(verbs.Free(s.rbuf))
+	}
+	if s.scq != nil {
+		add(s.scq.Close())
+	}
+	if s.rcq != nil {
+		add(s.rcq.Close())
+	}
+	if s.cc != nil {
+		add(s.cc.Close())
+	}
+	if s.pd != nil {
+		add(s.pd.Close())
+	}
+	if s.dev != nil {
+		add(s.dev.Close())
+	}
+	if s.ch != nil {
+		add(s.ch.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// teardown disconnects and destroys a connection already taken out of
+// the table.
+func teardown(c *sconn) {
+	c.id.Disconnect()
+	c.qp.Close()
+	c.id.Close()
+}
+
+func (s *Server) signal() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// acceptLoop takes connection requests.
+func (s *Server) acceptLoop() {
+	defer s.wg.Done()
+	for {
+		ev, err := s.lid.Event(s.ctx)
+		if err != nil {
+			if s.ctx.Err() != nil || errors.Is(err, verbs.ErrClosed) {
+				return
+			}
+			continue
+		}
+		if ev.Type == verbs.CMConnectRequest && ev.ID != nil {
+			s.request(ev)
+		}
+	}
+}
+
+// request answers one connection request: a reject, or an accept with
+// the server's nonce, the connection then waiting for its proof.
+func (s *Server) request(ev verbs.CMEvent) {
+	id := ev.ID
+	refuse := func(reason byte) {
+		id.Reject(rejectData(reason))
+		id.Close()
+	}
+	cNonce, err := parseHello(ev.PrivateData)
+	if err != nil {
+		refuse(rejectProtocol)
+		return
+	}
+	s.mu.Lock()
+	full, closed := len(s.conns) >= s.cfg.MaxConns, s.closed
+	s.mu.Unlock()
+	if closed {
+		refuse(rejectClosing)
+		return
+	}
+	if full {
+		refuse(rejectFull)
+		return
+	}
+	c := &sconn{id: id, cNonce: cNonce}
+	if _, err := rand.Read(c.sNonce[:]); err != nil {
+		refuse(rejectClosing)
+		return
+	}
+	id.SetAckTimeout(14)
+	c.qp, err = id.CreateQP(s.pd, verbs.QPConfig{SendCQ: s.scq, RecvCQ: s.rcq, SRQ: s.srq,
+		MaxSendWR: maxConnSends + 2, MaxInlineData: openOKLen + 8})
+	if err != nil {
+		refuse(rejectClosing)
+		return
+	}
+	if c.qp.MaxInline() < authLen || c.qp.MaxInline() < openOKLen {
+		c.qp.Close()
+		refuse(rejectClosing)
+		return
+	}
+	c.qpn = c.qp.Num()
+	s.mu.Lock()
+	s.serial++
+	c.serial = s.serial
+	c.deadline = time.Now().Add(s.cfg.AuthTimeout)
+	s.conns[c.qpn] = c
+	// Bound the unauthenticated connections: drop the oldest beyond.
+	pending, oldest := 0, (*sconn)(nil)
+	for _, o := range s.conns {
+		if o.authed || o.dead || o.kill {
+			continue
+		}
+		pending++
+		if o != c && o.accepted && (oldest == nil || o.deadline.Before(oldest.deadline)) {
+			oldest = o
+		}
+	}
+	if pending > s.cfg.MaxPending && oldest != nil {
+		oldest.kill = true
+		s.signal()
+	}
+	s.mu.Unlock()
+
+	actx, cancel := context.WithTimeout(s.ctx, s.cfg.AuthTimeout)
+	_, err = id.Accept(actx, verbs.ConnParam{PrivateData: appendHello(nil, &c.sNonce)})
+	cancel()
+	if err == nil {
+		// Before the watch loop owns the connection: a QP on an SRQ that
+		// runs dry should stall its sender briefly, not 655 ms.
+		c.qp.SetMinRNRTimer(12)
+	}
+	s.mu.Lock()
+	if err != nil || c.dead {
+		if !c.dead {
+			c.dead = true
+			delete(s.conns, c.qpn)
+		}
+		s.mu.Unlock()
+		teardown(c)
+		return
+	}
+	c.accepted = true
+	s.mu.Unlock()
+	s.signal()
+}
+
+// watchLoop reads the connections' events (disconnects) and drops the
+// connections that disconnected, failed, or did not authenticate in time.
+func (s *Server) watchLoop() {
+	defer s.wg.Done()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-s.ch.Queued():
+		case <-s.kick:
+		case <-timer.C:
+		}
+		now := time.Now()
+		var next time.Time
+		s.mu.Lock()
+		victims := s.victims[:0]
+		for qpn, c := range s.conns {
+			if !c.accepted {
+				continue
+			}
+			for {
+				ev, ok := c.id.TryEvent()
+				if !ok {
+					break
+				}
+				if ev.Type == verbs.CMDisconnected || ev.Type == verbs.CMDeviceRemoval {
+					c.kill = true
+				}
+			}
+			if !c.authed && !now.Before(c.deadline) {
+				c.kill = true
+			}
+			if c.kill {
+				c.dead = true
+				delete(s.conns, qpn)
+				victims = append(victims, c)
+			} else if !c.authed && (next.IsZero() || c.deadline.Before(next)) {
+				next = c.deadline
+			}
+		}
+		s.mu.Unlock()
+		for i, c := range victims {
+			teardown(c)
+			victims[i] = nil
+		}
+		s.victims = victims[:0]
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		if next.IsZero() {
+			timer.Reset(time.Hour)
+		} else {
+			timer.Reset(max(time.Until(next), time.Millisecond))
+		}
+	}
+}
+
+// controlLoop answers the control messages: it polls both CQs and sleeps
+// on their completion channel when there is nothing to do.
+func (s *Server) controlLoop() {
+	defer s.wg.Done()
+	var wcs [16]verbs.WC
+	var reply [64]byte
+	armed := false
+	for !s.stop.Load() {
+		n, _ := s.rcq.Poll(wcs[:])
+		for i := 0; i < n; i++ {
+			s.received(&wcs[i], reply[:])
+		}
+		m, _ := s.scq.Poll(wcs[:])
+		if m > 0 {
+			s.mu.Lock()
+			for i := 0; i < m; i++ {
+				s.sent(&wcs[i])
+			}
+			s.mu.Unlock()
+		}
+		if n+m > 0 {
+			armed = false
+			continue
+		}
+		if !armed {
+			s.rcq.ReqNotify()
+			s.scq.ReqNotify()
+			armed = true
+			continue // poll once more: a completion may have come before the arming
+		}
+		s.cc.Wait(context.Background())
+		armed = false
+	}
+}
+
+// received handles one receive completion and reposts its buffer.
+func (s *Server) received(wc *verbs.WC, reply []byte) {
+	i := int(wc.WRID)
+	if i < 0 || i >= s.cfg.RecvBuffers {
+		return
+	}
+	if wc.Err() == nil && wc.ByteLen <= recvSize {
+		msg := s.rbuf[i*recvSize : i*recvSize+int(wc.ByteLen)]
+		s.mu.Lock()
+		if c := s.conns[wc.QPNum]; c != nil && !c.dead && !c.kill {
+			s.message(c, msg, reply)
+		}
+		s.mu.Unlock()
+	}
+	if !s.stop.Load() {
+		s.srq.PostRecv(uint64(i), s.rmr.Local(i*recvSize, recvSize))
+	}
+}
+
+// message handles a message from c; s.mu is held.
+func (s *Server) message(c *sconn, msg, reply []byte) {
+	typ, seq, ok := header(msg)
+	if !ok {
+		s.drop(c)
+		return
+	}
+	if !c.authed {
+		if c.failing {
+			return
+		}
+		var want [macLen]byte
+		proof(want[:], s.cfg.Secret, clientLabel, &c.sNonce, &c.cNonce)
+		if typ != msgAuth || len(msg) != authLen || !hmac.Equal(msg[headerLen:], want[:]) {
+			c.failing = true
+			putHeader(reply, msgAuthFail, seq)
+			if !s.send(c, reply[:headerLen]) {
+				s.drop(c)
+			}
+			return
+		}
+		c.authed = true
+		putHeader(reply, msgAuthOK, seq)
+		proof(reply[headerLen:], s.cfg.Secret, serverLabel, &c.cNonce, &c.sNonce)
+		if !s.send(c, reply[:authLen]) {
+			s.drop(c)
+		}
+		return
+	}
+	if typ != msgOpen {
+		s.drop(c)
+		return
+	}
+	n := openErrLen
+	if name, ok := parseOpen(msg); !ok {
+		putHeader(reply, msgOpenErr, seq)
+		reply[headerLen] = openBad
+	} else if w := s.windows[string(name)]; w == nil {
+		putHeader(reply, msgOpenErr, seq)
+		reply[headerLen] = openUnknown
+	} else {
+		n = putOpenOK(reply, seq, openOK{addr: w.mr.Addr(), rkey: w.mr.RKey(), size: uint64(len(w.mem))})
+	}
+	if !s.send(c, reply[:n]) {
+		s.drop(c)
+	}
+}
+
+// send posts a reply to c (inline, so b may be reused at once); s.mu is
+// held. It reports false if c has too many outstanding or the post failed.
+func (s *Server) send(c *sconn, b []byte) bool {
+	if c.sends >= maxConnSends {
+		return false
+	}
+	if err := c.qp.PostSendInline(uint64(c.qpn)<<32|uint64(c.serial), b, verbs.SendSignaled); err != nil {
+		return false
+	}
+	c.sends++
+	return true
+}
+
+// sent handles one send completion; s.mu is held.
+func (s *Server) sent(wc *verbs.WC) {
+	c := s.conns[uint32(wc.WRID>>32)]
+	if c == nil || c.serial != uint32(wc.WRID) {
+		return
+	}
+	if c.sends > 0 {
+		c.sends--
+	}
+	if wc.Err() != nil || (c.failing && c.sends == 0) {
+		s.drop(c)
+	}
+}
+
+// drop marks c for the watch loop to tear down; s.mu is held.
+func (s *Server) drop(c *sconn) {
+	if !c.kill {
+		c.kill = true
+		s.signal()
+	}
+}

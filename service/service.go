@@ -1,0 +1,139 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/onesided/rma/verbs"
+)
+
+// Errors of this package. Match them with errors.Is. Calls on a window
+// also return win.ErrOutOfWindow, win.ErrAlignment and win.ErrInvalid for
+// bad arguments, and errors matching verbs.ErrPeerLost when the server is
+// gone (dead, restarted, closed or unreachable).
+var (
+	// ErrAuth: the two sides do not hold the same secret. A client gets it
+	// when the server refused its proof or proved nothing itself.
+	ErrAuth = errors.New("service: authentication failed")
+	// ErrServerFull: the server has ServerConfig.MaxConns connections.
+	ErrServerFull = errors.New("service: server has as many connections as it takes")
+	// ErrUnknownWindow: the server exposes no window of that name.
+	ErrUnknownWindow = errors.New("service: no window of that name")
+	// ErrProtocol: the peer does not speak this protocol (or this version
+	// of it), or sent a malformed message.
+	ErrProtocol = errors.New("service: protocol error")
+	// ErrClosed: the server or client was closed (it is verbs.ErrClosed).
+	ErrClosed = verbs.ErrClosed
+	// ErrExists: Expose was given a name already exposed.
+	ErrExists = errors.New("service: a window of that name is already exposed")
+)
+
+// ServerConfig configures Listen. Only Secret is required.
+type ServerConfig struct {
+	// Secret is shared with the clients, which must prove they hold it
+	// before they learn anything. Use 32 random bytes or more.
+	Secret []byte
+	// MaxConns bounds the connections, authenticated or not (default
+	// 1024); a client beyond it gets ErrServerFull.
+	MaxConns int
+	// MaxPending bounds the connections that have not authenticated yet
+	// (default 32): beyond it, the oldest is dropped.
+	MaxPending int
+	// AuthTimeout is how long a connection may take from its request to
+	// its proof (default 2 s); a slower one is dropped.
+	AuthTimeout time.Duration
+	// RecvBuffers is the number of receive buffers (of 256 bytes) in the
+	// shared receive queue that all connections use (default 256).
+	RecvBuffers int
+}
+
+func (c *ServerConfig) defaults() error {
+	if len(c.Secret) == 0 {
+		return fmt.Errorf("%w: ServerConfig.Secret is required", verbs.ErrInvalid)
+	}
+	if c.MaxConns < 0 || c.MaxPending < 0 || c.AuthTimeout < 0 || c.RecvBuffers < 0 {
+		return fmt.Errorf("%w: negative server limit", verbs.ErrInvalid)
+	}
+	if c.MaxConns == 0 {
+		c.MaxConns = 1024
+	}
+	if c.MaxPending == 0 {
+		c.MaxPending = 32
+	}
+	if c.AuthTimeout == 0 {
+		c.AuthTimeout = 2 * time.Second
+	}
+	if c.RecvBuffers == 0 {
+		c.RecvBuffers = 256
+	}
+	c.Secret = append([]byte(nil), c.Secret...)
+	return nil
+}
+
+// ClientConfig configures Dial. Only Secret is required.
+type ClientConfig struct {
+	// Secret is the server's secret.
+	Secret []byte
+	// StagingSize is the client's registered buffer through which Put and
+	// Get move data, in bytes (default 64 KiB): longer transfers go in
+	// pieces of this size.
+	StagingSize int
+	// AckTimeout is the exponent of the QP's ACK timeout, 4.096 us *
+	// 2^AckTimeout (default 14: 67 ms); with the connection manager's 6
+	// retries it bounds how long a call to a dead server takes to fail
+	// with verbs.ErrPeerLost.
+	AckTimeout int
+}
+
+func (c *ClientConfig) defaults() error {
+	if len(c.Secret) == 0 {
+		return fmt.Errorf("%w: ClientConfig.Secret is required", verbs.ErrInvalid)
+	}
+	if c.StagingSize < 0 || c.AckTimeout < 0 || c.AckTimeout > 31 {
+		return fmt.Errorf("%w: staging size %d, ACK timeout %d", verbs.ErrInvalid, c.StagingSize, c.AckTimeout)
+	}
+	if c.StagingSize == 0 {
+		c.StagingSize = 64 << 10
+	}
+	c.StagingSize = (c.StagingSize + 4095) &^ 4095
+	if c.AckTimeout == 0 {
+		c.AckTimeout = 14
+	}
+	c.Secret = append([]byte(nil), c.Secret...)
+	return nil
+}
+
+// resolve turns host:port into an IP address and port, looking the host
+// up in the DNS if it is a name.
+func resolve(ctx context.Context, addr string) (netip.AddrPort, error) {
+	if ap, err := netip.ParseAddrPort(addr); err == nil {
+		return ap, nil
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("%w: address %q: %v", verbs.ErrInvalid, addr, err)
+	}
+	pn, err := net.DefaultResolver.LookupPort(ctx, "tcp", port)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("%w: port %q: %v", verbs.ErrInvalid, port, err)
+	}
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return netip.AddrPortFrom(ip, uint16(pn)), nil
+	}
+	ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	if err != nil || len(ips) == 0 {
+		return netip.AddrPort{}, fmt.Errorf("%w: resolve %q: %v", verbs.ErrNoRoute, host, err)
+	}
+	ip := ips[0]
+	for _, a := range ips { // prefer IPv4: RoCE v2 devices route it everywhere
+		if a.Unmap().Is4() {
+			ip = a
+			break
+		}
+	}
+	return netip.AddrPortFrom(ip.Unmap(), uint16(pn)), nil
+}
