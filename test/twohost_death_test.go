@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -54,15 +53,7 @@ func TestTwoHostProcessDeath(t *testing.T) { testTwoHostDeath(t, "process") }
 func TestTwoHostHostDeath(t *testing.T)    { testTwoHostDeath(t, "host") }
 
 func testTwoHostDeath(t *testing.T, kind string) {
-	host := os.Getenv("RMA_HOST")
-	if host == "" || os.Getenv("RMA_HOSTS") != "2" {
-		t.Skip("needs two hosts: run it under rxevm -hosts 2, which sets RMA_HOST and RMA_HOSTS")
-	}
-	rank, err := strconv.Atoi(host)
-	if err != nil || rank < 0 || rank > 1 {
-		t.Fatalf("RMA_HOST=%q: want 0 or 1", host)
-	}
-	requireDevice(t)
+	rank := twoHostRank(t)
 	l := &launch{t: t, role: "death-" + kind, size: 2, addr: deathAddr, secret: twoHostSecret, dir: t.TempDir()}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

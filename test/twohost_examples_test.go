@@ -25,15 +25,7 @@ import (
 // test wants rank 0's line that says the result is correct. RMA_EXAMPLES_DIR names the
 // directory of the example binaries, as for TestExamples.
 func TestTwoHostExamples(t *testing.T) {
-	host := os.Getenv("RMA_HOST")
-	if host == "" || os.Getenv("RMA_HOSTS") != "2" {
-		t.Skip("needs two hosts: run it under rxevm -hosts 2, which sets RMA_HOST and RMA_HOSTS")
-	}
-	me, err := strconv.Atoi(host)
-	if err != nil || me < 0 || me > 1 {
-		t.Fatalf("RMA_HOST=%q: want 0 or 1", host)
-	}
-	requireDevice(t)
+	me := twoHostRank(t)
 	dir := os.Getenv("RMA_EXAMPLES_DIR")
 	if dir == "" {
 		t.Fatal("RMA_EXAMPLES_DIR is not set: it names the directory of the example binaries")

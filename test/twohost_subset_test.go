@@ -18,15 +18,7 @@ import (
 // and exits non-zero when they are wrong; each host's test starts its own ranks, wants them
 // all to exit 0, and checks the result lines of its ranks that the one-host test checks.
 func TestTwoHostSubset(t *testing.T) {
-	host := os.Getenv("RMA_HOST")
-	if host == "" || os.Getenv("RMA_HOSTS") != "2" {
-		t.Skip("needs two hosts: run it under rxevm -hosts 2, which sets RMA_HOST and RMA_HOSTS")
-	}
-	me, err := strconv.Atoi(host)
-	if err != nil || me < 0 || me > 1 {
-		t.Fatalf("RMA_HOST=%q: want 0 or 1", host)
-	}
-	requireDevice(t)
+	me := twoHostRank(t)
 	seed := os.Getenv("RMA_CONF_SEED") // both hosts must run the same operations
 	if seed == "" {
 		seed = "20261123"

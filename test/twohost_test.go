@@ -44,15 +44,7 @@ func init() { workers["twohost"] = workTwoHost }
 // Put/Get exchange of odd-sized blocks across the wire, all with exact expected values.
 // It is skipped unless rxevm -hosts 2 runs it.
 func TestTwoHost(t *testing.T) {
-	host := os.Getenv("RMA_HOST")
-	if host == "" || os.Getenv("RMA_HOSTS") != "2" {
-		t.Skip("needs two hosts: run it under rxevm -hosts 2, which sets RMA_HOST and RMA_HOSTS")
-	}
-	rank, err := strconv.Atoi(host)
-	if err != nil || rank < 0 || rank > 1 {
-		t.Fatalf("RMA_HOST=%q: want 0 or 1", host)
-	}
-	requireDevice(t)
+	rank := twoHostRank(t)
 	secret := os.Getenv("RMA_SECRET")
 	if secret == "" {
 		secret = twoHostSecret
@@ -69,6 +61,23 @@ func TestTwoHost(t *testing.T) {
 			t.Errorf("rank %d on host%d: %s=%s, want %s", rank, rank, kv[0], got, kv[1])
 		}
 	}
+}
+
+// twoHostRank is the host this test runs on under rxevm -hosts 2 (0 or 1), which is also
+// its rank in the two-rank tests; it skips the test on one host, and fails it without a
+// device.
+func twoHostRank(t *testing.T) int {
+	t.Helper()
+	host := os.Getenv("RMA_HOST")
+	if host == "" || os.Getenv("RMA_HOSTS") != "2" {
+		t.Skip("needs two hosts: run it under rxevm -hosts 2, which sets RMA_HOST and RMA_HOSTS")
+	}
+	h, err := strconv.Atoi(host)
+	if err != nil || h < 0 || h > 1 {
+		t.Fatalf("RMA_HOST=%q: want 0 or 1", host)
+	}
+	requireDevice(t)
+	return h
 }
 
 // twoHostByte is byte i of the block that rank puts.
@@ -198,6 +207,10 @@ func workTwoHost(ctx context.Context, g *group.Group) error {
 		return fmt.Errorf("Get of 1500 bytes at offset 777 of rank %d's window: %s", peer, firstDiff(piece, want))
 	}
 	// 8 KiB and 1 MiB each way: more than one packet at either host's MTU.
+	// The barrier: the peer may still be reading the region.
+	if err := g.Barrier(ctx); err != nil {
+		return err
+	}
 	for _, n := range []int{8 << 10, twoHostBig} {
 		src := make([]byte, n)
 		for i := range src {

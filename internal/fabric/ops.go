@@ -309,7 +309,7 @@ func (f *Fabric) Flush(ctx context.Context, rank int) error {
 	err := p.err
 	p.err = nil
 	p.mu.Unlock()
-	return err
+	return f.settled(ctx, rank, err)
 }
 
 // FlushAll flushes every rank.

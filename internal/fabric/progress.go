@@ -190,7 +190,28 @@ func (f *Fabric) wait(ctx context.Context, id uint32) (abandoned bool, err error
 		default:
 		}
 	}
-	return false, s.err
+	return false, f.settled(ctx, int(s.peer), s.err)
+}
+
+// settled is err, the error of a failed completion of a request to rank,
+// unless the failure was rank's death: then it is ErrPeerLost. A dying
+// process's memory can go before its connections do, so that a request
+// fails with a remote access error before its death is known. The failed
+// pair is being re-established meanwhile: that succeeds if rank lives
+// (err stands), and never if it died, whose liveness connection tells it
+// within a peer timeout.
+func (f *Fabric) settled(ctx context.Context, rank int, err error) error {
+	if err == nil || rank == f.rank || errors.Is(err, ErrPeerLost) {
+		return err
+	}
+	if _, uerr := f.use(ctx, rank); uerr != nil {
+		if errors.Is(uerr, ErrPeerLost) {
+			return uerr
+		}
+		return err
+	}
+	f.peers[rank].qmu.RUnlock()
+	return err
 }
 
 // waitSpin is how long a waiter polls for a completion before it sleeps:
