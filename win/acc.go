@@ -219,6 +219,9 @@ func (w *Window) finish(ctx context.Context, rank int, fop *fallback.Op, err err
 	}
 	fop.Reset()
 	opPool.Put(fop)
+	if err != nil {
+		return w.f.Settled(ctx, rank, err) // a reply lost with a dying peer's connection
+	}
 	return err
 }
 

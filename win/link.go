@@ -73,6 +73,10 @@ func (l link) Pending(rank int) bool { return l.f.Pending(l.rank(rank)) }
 
 func (l link) PeerErr(rank int) error { return l.f.PeerErr(l.rank(rank)) }
 
+func (l link) Settled(ctx context.Context, rank int, err error) error {
+	return l.f.Settled(ctx, l.rank(rank), err)
+}
+
 // The calls that take no rank.
 
 func (l link) Register(mem []byte, access verbs.Access) (*verbs.MR, error) {

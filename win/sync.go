@@ -705,7 +705,7 @@ func (w *Window) flush(ctx context.Context, target int) error {
 	}
 	err := w.f.Flush(ctx, target)
 	if aerr := w.sinks[target].Take(); aerr != nil {
-		return aerr
+		return w.f.Settled(ctx, target, aerr) // an accumulate lost with a dying peer's connection
 	}
 	return err
 }

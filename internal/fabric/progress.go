@@ -193,6 +193,12 @@ func (f *Fabric) wait(ctx context.Context, id uint32) (abandoned bool, err error
 	return false, f.settled(ctx, int(s.peer), s.err)
 }
 
+// Settled is settled for the packages of this module: an error of a call
+// to rank that may stand for rank's death becomes ErrPeerLost if it does.
+func (f *Fabric) Settled(ctx context.Context, rank int, err error) error {
+	return f.settled(ctx, rank, err)
+}
+
 // settled is err, the error of a failed completion of a request to rank,
 // unless the failure was rank's death: then it is ErrPeerLost. A dying
 // process's memory can go before its connections do, so that a request
