@@ -31,13 +31,16 @@ type Client struct {
 	buf []byte // result word, send buffer, receive buffers, staging
 	mr  *verbs.MR
 
-	policy  atomics.Policy
+	atomics bool // the client's device has atomics
 	wcancel context.CancelFunc
 	wdone   chan struct{}
 	lost    atomic.Bool // the connection manager reported a disconnect
 
+	stats counters
+
 	mu       sync.Mutex // serializes the calls; guards what follows
 	closed   bool
+	awaiting uint32 // a request whose caller left before its reply came
 	err      error  // the connection failed: every call returns it
 	posted   uint64 // id of the last send work request posted
 	done     uint64 // id of the last one completed (they complete in order)
@@ -46,7 +49,8 @@ type Client struct {
 	replyLen int
 	reply    [recvSize]byte
 	wcs      [8]verbs.WC
-	a, b     [8]byte // operands of the compare-and-swap loops
+	a, b, r  [8]byte // FetchAndOp's and CompareAndSwap's operands and result
+	t, s     [8]byte // the compare-and-swap loops' operands
 }
 
 // Layout of Client.buf.
@@ -109,7 +113,7 @@ func Dial(ctx context.Context, addr string, cfg ClientConfig) (c *Client, err er
 	if err != nil {
 		return nil, err
 	}
-	c.policy = atomics.DefaultPolicy(attr.AtomicCap != verbs.AtomicNone)
+	c.atomics = attr.AtomicCap != verbs.AtomicNone
 	if c.pd, err = c.dev.AllocPD(); err != nil {
 		return nil, err
 	}
@@ -246,7 +250,8 @@ func (c *Client) Open(ctx context.Context, name string) (*Window, error) {
 		if r.size > uint64(int(^uint(0)>>1)) {
 			return nil, fmt.Errorf("%w: window of %d bytes", ErrProtocol, r.size)
 		}
-		return &Window{c: c, addr: r.addr, rkey: r.rkey, size: int(r.size)}, nil
+		return &Window{c: c, addr: r.addr, rkey: r.rkey, id: r.id, size: int(r.size),
+			policy: atomics.DefaultPolicy(c.atomics && r.flags&flagAtomics != 0)}, nil
 	case msgOpenErr:
 		if c.replyLen == openErrLen && c.reply[headerLen] == openUnknown {
 			return nil, fmt.Errorf("%w: %q", ErrUnknownWindow, name)
@@ -321,6 +326,12 @@ func (c *Client) begin(ctx context.Context) error {
 	if c.err != nil {
 		return c.err
 	}
+	if c.awaiting != 0 {
+		if err := c.wait(ctx, c.posted, c.awaiting); err != nil {
+			return err
+		}
+		c.awaiting = 0
+	}
 	if c.done < c.posted {
 		return c.wait(ctx, c.posted, 0)
 	}
@@ -385,6 +396,9 @@ func (c *Client) wait(ctx context.Context, wr uint64, reply uint32) error {
 		}
 		if err := c.cc.Wait(ctx); err != nil {
 			if ctx.Err() != nil {
+				if reply != 0 {
+					c.awaiting = reply // the next call waits for it first
+				}
 				return ctx.Err()
 			}
 			c.fail(err)
@@ -432,6 +446,8 @@ func (c *Client) write(ctx context.Context, src []byte, raddr uint64, rkey uint3
 			c.posted--
 			return err
 		}
+		c.stats.writes.Add(1)
+		c.stats.bytesWritten.Add(uint64(n))
 		if err := c.wait(ctx, c.posted, 0); err != nil {
 			return err
 		}
@@ -448,6 +464,8 @@ func (c *Client) read(ctx context.Context, dst []byte, raddr uint64, rkey uint32
 			c.posted--
 			return err
 		}
+		c.stats.reads.Add(1)
+		c.stats.bytesRead.Add(uint64(n))
 		if err := c.wait(ctx, c.posted, 0); err != nil {
 			return err
 		}
@@ -465,6 +483,8 @@ func (c *Client) read8(ctx context.Context, raddr uint64, rkey uint32) (uint64, 
 		c.posted--
 		return 0, err
 	}
+	c.stats.reads.Add(1)
+	c.stats.bytesRead.Add(8)
 	if err := c.wait(ctx, c.posted, 0); err != nil {
 		return 0, err
 	}
@@ -477,6 +497,7 @@ func (c *Client) fetchAdd(ctx context.Context, raddr uint64, rkey uint32, v uint
 		c.posted--
 		return 0, err
 	}
+	c.stats.nicAtomics.Add(1)
 	if err := c.wait(ctx, c.posted, 0); err != nil {
 		return 0, err
 	}
@@ -489,6 +510,7 @@ func (c *Client) compareSwap(ctx context.Context, raddr uint64, rkey uint32, com
 		c.posted--
 		return 0, err
 	}
+	c.stats.nicAtomics.Add(1)
 	if err := c.wait(ctx, c.posted, 0); err != nil {
 		return 0, err
 	}

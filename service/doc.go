@@ -40,27 +40,67 @@
 // # Operations
 //
 // A Window does Put and Get (RDMA WRITE and READ through a registered
-// staging buffer of the client), FetchAndOp on int64 and CompareAndSwap,
-// routed by package atomics' default policy exactly as a group window's
-// int64 calls are: SUM as a NIC fetch-and-add, NO_OP as a READ, REPLACE,
-// MIN, MAX, PROD and the logical and bitwise ops as compare-and-swap
-// loops with package op's kernels. All are atomic with each other (NIC
-// atomics only, never against the server process's own CPU updates of the
-// same words: rxe and most NICs are ATOMIC_HCA). Every call returns when
-// it is complete at the server; Flush waits for calls abandoned when
-// their context ended. Errors are errors.Is-able: win.ErrOutOfWindow,
-// win.ErrAlignment, win.ErrInvalid, ErrUnknownWindow, ErrAuth,
-// ErrServerFull, ErrProtocol, ErrClosed, and verbs.ErrPeerLost for a
-// server that died, restarted, closed or dropped the client.
+// staging buffer of the client) and the accumulate family: Accumulate,
+// GetAccumulate (and so FetchAndOp on any datatype), FetchAndOp and
+// CompareAndSwap on int64, CompareAndSwapBytes, with every predefined op
+// and the user-defined ops made with op.Register (registered in the
+// server too). They are routed by package atomics' default policy exactly
+// as a group window's calls are: on 64-bit integers SUM is a NIC
+// fetch-and-add, NO_OP a READ, REPLACE, MIN, MAX, PROD and the logical and
+// bitwise ops compare-and-swap loops; every other datatype, and every op
+// when either side's device has no atomics, goes to the server's engine,
+// which applies it with package op's kernels in its control goroutine. So
+// the calls on one element with one datatype are atomic with each other,
+// from any client (never against the server process's own CPU updates of
+// the same words). An engine message carries up to 480 bytes of origin
+// (192 bytes of old values for the fetching forms); longer calls are
+// split, each element still updated atomically, and a client that dies
+// leaves each message applied whole or not at all. Every call returns
+// when it is complete at the server; Flush waits for calls abandoned when
+// their context ended.
+//
+// # Locks
+//
+// Lock and Unlock (shared or exclusive) and LockAll/UnlockAll are
+// MPI_Win_lock's mutual exclusion between clients, kept by the server:
+// requests are granted in their order of arrival, consecutive shared ones
+// together. Calls do not need a lock (a client may always access a window,
+// as under MPI_Win_lock_all with MPI_MODE_NOCHECK). A Lock whose context
+// ends is withdrawn. When a client's connection goes, the server frees
+// its locks and withdraws its requests: a process that dies is
+// disconnected by its kernel at once (in the tests, the next client got
+// the lock about 20 ms after the holder's SIGKILL); a host that dies is
+// found by the server's probes of the clients that hold or wait for a
+// lock (ServerConfig.ProbeInterval, a zero-length RDMA READ the client's
+// NIC answers without its CPU) after the transport's retries. The lock
+// words are the server's own memory, never in a window, so no client can
+// corrupt them.
+//
+// Errors are errors.Is-able: win.ErrOutOfWindow, win.ErrAlignment,
+// win.ErrInvalid, win.ErrEpoch (lock misuse), op.ErrOpDatatype and
+// op.ErrOpUse (an op the call or the datatype does not allow), ErrUnknownWindow,
+// fallback.ErrUnknownOp (a user-defined op the server has not
+// registered), ErrAuth, ErrServerFull, ErrProtocol, ErrClosed, and
+// verbs.ErrPeerLost for a server that died, restarted, closed or dropped
+// the client.
+//
+// # Statistics
+//
+// Server.Stats and Client.Stats return counters an operator wants: for the
+// server, connects, disconnects, refused and failed authentications,
+// lock recoveries, and per window and per connection the engine's
+// operations, bytes and rejects, lock grants and waits; for a client, its
+// operations by route (NIC atomics, READ, WRITE, engine). The server
+// cannot count the NIC's operations: only clients see those. Publish them
+// with expvar (expvar.Func(func() any { return srv.Stats() })), as
+// examples/sequencer does.
 //
 // # Not yet
 //
-// This first slice has no engine path: accumulates that need the server's
-// CPU (other datatypes, user-defined ops, devices without atomics) return
-// verbs.ErrNotSupported. There are no locks (MPI_Win_lock), no
-// request-based forms (RPut, RGet, ...), no non-contiguous datatypes, no
-// statistics, no byte-order probe of the NIC's atomics (the group
-// windows' atomics.Probe), no unexposing a window while clients use it,
-// and one call at a time per Client (open several Clients for
-// parallelism). Listen needs a specific IP address, not 0.0.0.0.
+// There are no request-based forms (RPut, RGet, ...), no non-contiguous
+// datatypes, no byte-order probe of the NIC's atomics (the group windows'
+// atomics.Probe), no unexposing a window while clients use it, and one
+// call at a time per Client, a Lock that waits included (open several
+// Clients for parallelism). Listen needs a specific IP address, not
+// 0.0.0.0.
 package service

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/onesided/rma/datatype"
 	"github.com/onesided/rma/op"
 	"github.com/onesided/rma/service"
 	"github.com/onesided/rma/verbs"
+	"github.com/onesided/rma/win"
 )
 
 // A server exposes a counter; a client adds to it with a NIC
@@ -45,4 +47,41 @@ func Example() {
 	}
 	old, err := w.FetchAndOp(ctx, 1, 0, op.Sum)
 	fmt.Println(old, err)
+}
+
+// A client updates a record under the window's exclusive lock, and adds
+// to float64 totals through the server's engine. (It needs an RDMA device
+// and a server, so it only compiles here.)
+func ExampleWindow_Lock() {
+	ctx := context.Background()
+	cl, err := service.Dial(ctx, "10.0.0.1:7471", service.ClientConfig{Secret: []byte("a secret of 32 random bytes, or more")})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer cl.Close()
+	w, err := cl.Open(ctx, "records")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := w.Lock(ctx, win.LockExclusive); err != nil {
+		fmt.Println(err)
+		return
+	}
+	rec := make([]byte, 64)
+	err = w.Get(ctx, rec, 0)
+	if err == nil {
+		rec[0]++
+		err = w.Put(ctx, rec, 0)
+	}
+	if uerr := w.Unlock(ctx); err == nil {
+		err = uerr
+	}
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	totals := datatype.AsBytes([]float64{1.5, 2.5})
+	fmt.Println(w.Accumulate(ctx, totals, datatype.Float64, 64, op.Sum))
 }

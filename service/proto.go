@@ -4,7 +4,11 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/binary"
+	"errors"
 	"fmt"
+
+	"github.com/onesided/rma/datatype"
+	"github.com/onesided/rma/op"
 )
 
 // The wire protocol, version 1. Every integer is little endian.
@@ -21,8 +25,23 @@ import (
 //	msgAuthOK   server: HMAC-SHA256(secret, "rma-service-server" || clientNonce || serverNonce)
 //	msgAuthFail server: nothing (the server then disconnects)
 //	msgOpen     client: name length (1 byte), name
-//	msgOpenOK   server: address (8), rkey (4), zero (4), size (8)
+//	msgOpenOK   server: address (8), rkey (4), window id (4), size (8),
+//	            flags (1: bit 0, the server's device has atomics), 7 zero bytes
 //	msgOpenErr  server: reason (1 byte)
+//	msgAcc      client: window id (4), kind (1), op (1), datatype (1), zero
+//	            (1), displacement (8), count (4), zero (4), then the data:
+//	            count elements of origin (none for NO_OP), for accCAS the
+//	            compare element then the origin element (count 1)
+//	msgLock     client: window id (4), lock type (1), three zero bytes
+//	msgUnlock   client: window id (4), four zero bytes; also withdraws a
+//	            lock request still waiting
+//	msgOK       server: for accFetch and accCAS the old elements
+//	msgErr      server: reason (1 byte)
+//
+// A client has at most one request outstanding; the server's replies come
+// in the order of the requests, except that the reply to a msgLock comes
+// when the lock is granted, which may be after the reply to the msgUnlock
+// that withdraws it (then both come, the grant first).
 
 const (
 	protoVersion = 1
@@ -33,8 +52,8 @@ const (
 	rejectLen    = 8
 
 	// recvSize is the size of every receive buffer, on both sides: the
-	// largest message (msgOpen with a name of MaxNameLen bytes) fits.
-	recvSize = 256
+	// largest message (a msgAcc with maxAccData bytes) fits.
+	recvSize = 512
 )
 
 // MaxNameLen is the longest window name, in bytes.
@@ -45,10 +64,38 @@ var magic = [4]byte{'R', 'M', 'A', 'S'}
 const (
 	msgAuth     = 1
 	msgOpen     = 2
+	msgAcc      = 3
+	msgLock     = 4
+	msgUnlock   = 5
 	msgAuthOK   = 0x81
 	msgAuthFail = 0x82
 	msgOpenOK   = 0x83
 	msgOpenErr  = 0x84
+	msgOK       = 0x85
+	msgErr      = 0x86
+)
+
+// Kinds of msgAcc.
+const (
+	accPlain = 1 // Accumulate: no reply data
+	accFetch = 2 // GetAccumulate (FetchAndOp): the old elements
+	accCAS   = 3 // CompareAndSwap of one element: the old element
+)
+
+// Lock types of msgLock.
+const (
+	lockShared    = 1
+	lockExclusive = 2
+)
+
+// Reasons of msgErr: what the request did wrong, or could not have.
+const (
+	errBadRequest  = 1 // malformed
+	errUnknownWin  = 2 // no window of that id
+	errOutOfWindow = 3 // data beyond the window
+	errOpDatatype  = 4 // op, datatype or kind not allowed together
+	errUnknownOp   = 5 // a user-defined op the server has not registered
+	errLockState   = 6 // Lock while holding or waiting, Unlock while not
 )
 
 // Reject reasons.
@@ -65,10 +112,23 @@ const (
 )
 
 const (
-	openOKLen  = headerLen + 24
+	openOKLen  = headerLen + 32
 	openErrLen = headerLen + 1
 	authLen    = headerLen + macLen
+	accLen     = headerLen + 24 // msgAcc before its data
+	lockLen    = headerLen + 8
+	errLen     = headerLen + 1
+
+	// maxAccData is the most data a msgAcc carries, maxFetchData the most
+	// old data a reply carries: the server sends replies inline, and every
+	// QP it accepts takes maxFetchData+headerLen inline bytes. Both are
+	// multiples of every element size (at most 32 bytes).
+	maxAccData   = recvSize - accLen
+	maxFetchData = 192
 )
+
+// Flags of msgOpenOK.
+const flagAtomics = 1
 
 // appendHello appends a request's or accept's private data.
 func appendHello(b []byte, nonce *[nonceLen]byte) []byte {
@@ -134,17 +194,20 @@ const (
 
 // openOK is a decoded msgOpenOK.
 type openOK struct {
-	addr uint64
-	rkey uint32
-	size uint64
+	addr  uint64
+	rkey  uint32
+	id    uint32
+	size  uint64
+	flags uint8
 }
 
 func putOpenOK(b []byte, seq uint32, r openOK) int {
 	putHeader(b, msgOpenOK, seq)
 	binary.LittleEndian.PutUint64(b[8:], r.addr)
 	binary.LittleEndian.PutUint32(b[16:], r.rkey)
-	binary.LittleEndian.PutUint32(b[20:], 0)
+	binary.LittleEndian.PutUint32(b[20:], r.id)
 	binary.LittleEndian.PutUint64(b[24:], r.size)
+	binary.LittleEndian.PutUint64(b[32:], uint64(r.flags))
 	return openOKLen
 }
 
@@ -153,7 +216,7 @@ func parseOpenOK(b []byte) (openOK, error) {
 		return openOK{}, fmt.Errorf("%w: open reply of %d bytes", ErrProtocol, len(b))
 	}
 	r := openOK{addr: binary.LittleEndian.Uint64(b[8:]), rkey: binary.LittleEndian.Uint32(b[16:]),
-		size: binary.LittleEndian.Uint64(b[24:])}
+		id: binary.LittleEndian.Uint32(b[20:]), size: binary.LittleEndian.Uint64(b[24:]), flags: b[32]}
 	if r.size == 0 || r.size > 1<<47 || r.addr+r.size < r.addr {
 		return openOK{}, fmt.Errorf("%w: open reply with a window of %d bytes at %#x", ErrProtocol, r.size, r.addr)
 	}
@@ -177,4 +240,130 @@ func parseOpen(b []byte) ([]byte, bool) {
 		return nil, false
 	}
 	return b[headerLen+1:], true
+}
+
+// accReq is a decoded msgAcc.
+type accReq struct {
+	win   uint32
+	kind  uint8
+	op    op.Op
+	dt    datatype.Basic
+	disp  uint64
+	count uint32
+	data  []byte // a subslice of the message
+}
+
+// putAcc writes a msgAcc's header into b; the data follows at b[accLen:].
+func putAcc(b []byte, seq uint32, r *accReq) {
+	putHeader(b, msgAcc, seq)
+	binary.LittleEndian.PutUint32(b[8:], r.win)
+	b[12], b[13], b[14], b[15] = r.kind, byte(r.op), byte(r.dt), 0
+	binary.LittleEndian.PutUint64(b[16:], r.disp)
+	binary.LittleEndian.PutUint32(b[24:], r.count)
+	binary.LittleEndian.PutUint32(b[28:], 0)
+}
+
+// parseAcc decodes a msgAcc and checks that its parts agree: a known
+// kind and datatype, a count of at least one element, and exactly the data
+// the kind needs. It does not check the op against the datatype, nor the
+// window (see engineApply).
+func parseAcc(b []byte) (accReq, bool) {
+	if len(b) < accLen || b[0] != msgAcc || b[15] != 0 || binary.LittleEndian.Uint32(b[28:]) != 0 {
+		return accReq{}, false
+	}
+	r := accReq{win: binary.LittleEndian.Uint32(b[8:]), kind: b[12], op: op.Op(b[13]), dt: datatype.Basic(b[14]),
+		disp: binary.LittleEndian.Uint64(b[16:]), count: binary.LittleEndian.Uint32(b[24:]), data: b[accLen:]}
+	if !r.dt.Valid() || r.count == 0 || uint64(r.count) > maxAccData {
+		return accReq{}, false
+	}
+	n := uint64(r.count) * uint64(r.dt.Size())
+	switch r.kind {
+	case accPlain, accFetch:
+		if r.op == op.NoOp && r.kind == accFetch {
+			if len(r.data) != 0 || n > maxFetchData {
+				return accReq{}, false
+			}
+			return r, true
+		}
+		if uint64(len(r.data)) != n || (r.kind == accFetch && n > maxFetchData) {
+			return accReq{}, false
+		}
+	case accCAS:
+		if r.count != 1 || r.op != 0 || uint64(len(r.data)) != 2*n {
+			return accReq{}, false
+		}
+	default:
+		return accReq{}, false
+	}
+	return r, true
+}
+
+// engineApply carries out r on mem, the window, writing the old elements
+// of the fetching kinds into result (at least maxFetchData bytes); it
+// returns their length, or an errBadRequest... reason. Everything is
+// checked before mem is touched, so a refused request changes nothing.
+func engineApply(mem []byte, r *accReq, result []byte) (int, byte) {
+	es := r.dt.Size()
+	n := int(r.count) * es
+	if r.disp > uint64(len(mem)) || uint64(n) > uint64(len(mem))-r.disp {
+		return 0, errOutOfWindow
+	}
+	t := mem[r.disp : r.disp+uint64(n)]
+	switch r.kind {
+	case accCAS:
+		if op.CheckCompareAndSwap(r.dt) != nil {
+			return 0, errOpDatatype
+		}
+		if _, err := op.CompareAndSwap(r.dt, t, r.data[:es], r.data[es:], result[:es]); err != nil {
+			return 0, errOpDatatype
+		}
+		return es, 0
+	case accPlain, accFetch:
+		use := op.Accumulate
+		if r.kind == accFetch {
+			use = op.GetAccumulate
+		}
+		if err := op.Check(r.op, r.dt, use); err != nil {
+			if r.op.IsUser() && errors.Is(err, op.ErrInvalid) {
+				return 0, errUnknownOp
+			}
+			return 0, errOpDatatype
+		}
+		var err error
+		if r.kind == accFetch {
+			err = op.ApplyFetch(r.op, r.dt, t, r.data, result[:n])
+		} else {
+			err = op.Apply(r.op, r.dt, t, r.data)
+			n = 0
+		}
+		if err != nil {
+			return 0, errOpDatatype
+		}
+		return n, 0
+	}
+	return 0, errBadRequest
+}
+
+// putLock writes a msgLock or msgUnlock into b; it returns its length.
+func putLock(b []byte, typ byte, seq uint32, win uint32, lt byte) int {
+	putHeader(b, typ, seq)
+	binary.LittleEndian.PutUint32(b[8:], win)
+	b[12], b[13], b[14], b[15] = lt, 0, 0, 0
+	return lockLen
+}
+
+// parseLock decodes a msgLock (lt is lockShared or lockExclusive) or a
+// msgUnlock (lt is 0).
+func parseLock(b []byte) (win uint32, lt byte, ok bool) {
+	if len(b) != lockLen || b[13] != 0 || b[14] != 0 || b[15] != 0 {
+		return 0, 0, false
+	}
+	win, lt = binary.LittleEndian.Uint32(b[8:]), b[12]
+	switch {
+	case b[0] == msgLock && (lt == lockShared || lt == lockExclusive):
+	case b[0] == msgUnlock && lt == 0:
+	default:
+		return 0, 0, false
+	}
+	return win, lt, true
 }

@@ -45,15 +45,23 @@ type Server struct {
 	mu      sync.Mutex // guards what follows
 	closed  bool
 	windows map[string]*exposed
+	byID    []*exposed        // windows[name].id indexes it
 	conns   map[uint32]*sconn // by QP number
 	serial  uint32
 	victims []*sconn // scratch of the watch loop
+	probed  time.Time
+	flags   uint8 // of msgOpenOK
+	stats   ServerStats
 }
 
 // exposed is one window.
 type exposed struct {
-	mem []byte
-	mr  *verbs.MR
+	name  string
+	id    uint32
+	mem   []byte
+	mr    *verbs.MR
+	locks lockState
+	stats WindowStats
 }
 
 // sconn is one connection at the server. Its flags are under Server.mu.
@@ -70,12 +78,16 @@ type sconn struct {
 	kill     bool // to be torn down by the watch loop
 	dead     bool // torn down, or about to be
 	deadline time.Time
-	sends    int // sends outstanding
+	sends    int // sends outstanding, replies and probes
+	probing  bool
+	locks    map[uint32]byte // by window id: the lock held or waited for (lockWaiting)
+	stats    ConnStats
 }
 
-// maxConnSends bounds a connection's outstanding replies: a client waits
-// for each reply before its next request, so more means it does not.
-const maxConnSends = 2
+// maxConnSends bounds a connection's outstanding replies: a client has
+// one request outstanding, and a lock request it withdraws may be
+// granted as the withdrawal comes, so two replies; one more for a probe.
+const maxConnSends = 3
 
 // Listen listens for clients on addr, an IP address and port of an RDMA
 // device's network interface ("10.0.0.1:7471"; port 0 picks one, see
@@ -127,6 +139,13 @@ func Listen(ctx context.Context, addr string, cfg ServerConfig) (s *Server, err 
 	}
 	if s.dev, err = verbs.OpenCM(route.Device); err != nil {
 		return nil, err
+	}
+	attr, err := s.dev.QueryDevice()
+	if err != nil {
+		return nil, err
+	}
+	if attr.AtomicCap != verbs.AtomicNone {
+		s.flags |= flagAtomics
 	}
 	if s.pd, err = s.dev.AllocPD(); err != nil {
 		return nil, err
@@ -203,7 +222,9 @@ func (s *Server) Expose(name string, mem []byte) error {
 	if err != nil {
 		return err
 	}
-	s.windows[name] = &exposed{mem: mem, mr: mr}
+	w := &exposed{name: name, id: uint32(len(s.byID)), mem: mem, mr: mr}
+	s.windows[name] = w
+	s.byID = append(s.byID, w)
 	return nil
 }
 
@@ -326,6 +347,9 @@ func (s *Server) request(ev verbs.CMEvent) {
 	}
 	s.mu.Lock()
 	full, closed := len(s.conns) >= s.cfg.MaxConns, s.closed
+	if full && !closed {
+		s.stats.Refused++
+	}
 	s.mu.Unlock()
 	if closed {
 		refuse(rejectClosing)
@@ -335,26 +359,26 @@ func (s *Server) request(ev verbs.CMEvent) {
 		refuse(rejectFull)
 		return
 	}
-	c := &sconn{id: id, cNonce: cNonce}
+	c := &sconn{id: id, cNonce: cNonce, stats: ConnStats{Peer: id.PeerAddr()}}
 	if _, err := rand.Read(c.sNonce[:]); err != nil {
 		refuse(rejectClosing)
 		return
 	}
 	id.SetAckTimeout(14)
 	c.qp, err = id.CreateQP(s.pd, verbs.QPConfig{SendCQ: s.scq, RecvCQ: s.rcq, SRQ: s.srq,
-		MaxSendWR: maxConnSends + 2, MaxInlineData: openOKLen + 8})
+		MaxSendWR: maxConnSends + 2, MaxInlineData: maxReply})
 	if err != nil {
 		refuse(rejectClosing)
 		return
 	}
-	if c.qp.MaxInline() < authLen || c.qp.MaxInline() < openOKLen {
+	if c.qp.MaxInline() < maxReply {
 		c.qp.Close()
 		refuse(rejectClosing)
 		return
 	}
 	c.qpn = c.qp.Num()
 	s.mu.Lock()
-	s.serial++
+	s.serial = (s.serial + 1) &^ probeTag
 	c.serial = s.serial
 	c.deadline = time.Now().Add(s.cfg.AuthTimeout)
 	s.conns[c.qpn] = c
@@ -435,6 +459,7 @@ func (s *Server) watchLoop() {
 			if c.kill {
 				c.dead = true
 				delete(s.conns, qpn)
+				s.gone(c)
 				victims = append(victims, c)
 			} else if !c.authed && (next.IsZero() || c.deadline.Before(next)) {
 				next = c.deadline
@@ -446,17 +471,18 @@ func (s *Server) watchLoop() {
 			victims[i] = nil
 		}
 		s.victims = victims[:0]
+		s.probe(now)
 		if !timer.Stop() {
 			select {
 			case <-timer.C:
 			default:
 			}
 		}
-		if next.IsZero() {
-			timer.Reset(time.Hour)
-		} else {
-			timer.Reset(max(time.Until(next), time.Millisecond))
+		wait := time.Hour
+		if !next.IsZero() {
+			wait = max(time.Until(next), time.Millisecond)
 		}
+		timer.Reset(min(wait, s.cfg.ProbeInterval))
 	}
 }
 
@@ -465,7 +491,7 @@ func (s *Server) watchLoop() {
 func (s *Server) controlLoop() {
 	defer s.wg.Done()
 	var wcs [16]verbs.WC
-	var reply [64]byte
+	var reply [maxReply]byte
 	armed := false
 	for !s.stop.Load() {
 		n, _ := s.rcq.Poll(wcs[:])
@@ -529,6 +555,7 @@ func (s *Server) message(c *sconn, msg, reply []byte) {
 		proof(want[:], s.cfg.Secret, clientLabel, &c.sNonce, &c.cNonce)
 		if typ != msgAuth || len(msg) != authLen || !hmac.Equal(msg[headerLen:], want[:]) {
 			c.failing = true
+			s.stats.AuthFailures++
 			putHeader(reply, msgAuthFail, seq)
 			if !s.send(c, reply[:headerLen]) {
 				s.drop(c)
@@ -536,6 +563,7 @@ func (s *Server) message(c *sconn, msg, reply []byte) {
 			return
 		}
 		c.authed = true
+		s.stats.Connects++
 		putHeader(reply, msgAuthOK, seq)
 		proof(reply[headerLen:], s.cfg.Secret, serverLabel, &c.cNonce, &c.sNonce)
 		if !s.send(c, reply[:authLen]) {
@@ -543,7 +571,16 @@ func (s *Server) message(c *sconn, msg, reply []byte) {
 		}
 		return
 	}
-	if typ != msgOpen {
+	c.stats.Requests++
+	switch typ {
+	case msgOpen:
+	case msgAcc:
+		s.accumulate(c, msg, seq, reply)
+		return
+	case msgLock, msgUnlock:
+		s.lock(c, msg, seq, reply)
+		return
+	default:
 		s.drop(c)
 		return
 	}
@@ -555,7 +592,8 @@ func (s *Server) message(c *sconn, msg, reply []byte) {
 		putHeader(reply, msgOpenErr, seq)
 		reply[headerLen] = openUnknown
 	} else {
-		n = putOpenOK(reply, seq, openOK{addr: w.mr.Addr(), rkey: w.mr.RKey(), size: uint64(len(w.mem))})
+		n = putOpenOK(reply, seq, openOK{addr: w.mr.Addr(), rkey: w.mr.RKey(), id: w.id, size: uint64(len(w.mem)), flags: s.flags})
+		w.stats.Opens++
 	}
 	if !s.send(c, reply[:n]) {
 		s.drop(c)
@@ -575,14 +613,18 @@ func (s *Server) send(c *sconn, b []byte) bool {
 	return true
 }
 
-// sent handles one send completion; s.mu is held.
+// sent handles one send completion (a reply's or a probe's); s.mu is
+// held.
 func (s *Server) sent(wc *verbs.WC) {
 	c := s.conns[uint32(wc.WRID>>32)]
-	if c == nil || c.serial != uint32(wc.WRID) {
+	if c == nil || c.serial != uint32(wc.WRID)&^probeTag {
 		return
 	}
 	if c.sends > 0 {
 		c.sends--
+	}
+	if wc.WRID&probeTag != 0 {
+		c.probing = false
 	}
 	if wc.Err() != nil || (c.failing && c.sends == 0) {
 		s.drop(c)

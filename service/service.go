@@ -46,16 +46,23 @@ type ServerConfig struct {
 	// AuthTimeout is how long a connection may take from its request to
 	// its proof (default 2 s); a slower one is dropped.
 	AuthTimeout time.Duration
-	// RecvBuffers is the number of receive buffers (of 256 bytes) in the
+	// RecvBuffers is the number of receive buffers (of 512 bytes) in the
 	// shared receive queue that all connections use (default 256).
 	RecvBuffers int
+	// ProbeInterval is how often the server checks that the clients
+	// holding or waiting for a lock are alive (default 500 ms): a client
+	// whose host died gives its locks up within about ProbeInterval plus
+	// the transport's retries (7 ACK timeouts of 67 ms by default). A
+	// client process that dies gives them up at once (its kernel
+	// disconnects).
+	ProbeInterval time.Duration
 }
 
 func (c *ServerConfig) defaults() error {
 	if len(c.Secret) == 0 {
 		return fmt.Errorf("%w: ServerConfig.Secret is required", verbs.ErrInvalid)
 	}
-	if c.MaxConns < 0 || c.MaxPending < 0 || c.AuthTimeout < 0 || c.RecvBuffers < 0 {
+	if c.MaxConns < 0 || c.MaxPending < 0 || c.AuthTimeout < 0 || c.RecvBuffers < 0 || c.ProbeInterval < 0 {
 		return fmt.Errorf("%w: negative server limit", verbs.ErrInvalid)
 	}
 	if c.MaxConns == 0 {
@@ -69,6 +76,9 @@ func (c *ServerConfig) defaults() error {
 	}
 	if c.RecvBuffers == 0 {
 		c.RecvBuffers = 256
+	}
+	if c.ProbeInterval == 0 {
+		c.ProbeInterval = 500 * time.Millisecond
 	}
 	c.Secret = append([]byte(nil), c.Secret...)
 	return nil

@@ -4,18 +4,27 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"time"
 
 	"github.com/onesided/rma/atomics"
 	"github.com/onesided/rma/datatype"
+	"github.com/onesided/rma/fallback"
 	"github.com/onesided/rma/op"
-	"github.com/onesided/rma/verbs"
 	"github.com/onesided/rma/win"
 )
 
 // Window is a window a server exposes, as a client opened it. Its calls
 // are safe from many goroutines (the client carries them out one at a
-// time) and return when the operation is complete at the server. With a
-// context whose Done is nil they do not allocate.
+// time, a Lock that waits included) and return when the operation is
+// complete at the server. With a context whose Done is nil they do not
+// allocate.
+//
+// The calls need no epoch: a client may use a window at any time, as if it
+// held MPI_Win_lock_all with MPI_MODE_NOCHECK. Lock and Unlock are the
+// mutual exclusion MPI_Win_lock gives between clients (and LockAll a
+// shared lock): a client that holds the exclusive lock is the only one
+// holding any lock of the window, but clients that do not lock are not
+// kept out.
 //
 // Displacements are in bytes from the window's start. A region outside
 // the window is refused with win.ErrOutOfWindow, a misaligned atomic with
@@ -23,10 +32,14 @@ import (
 // closed server makes the call, and every later call of the client, fail
 // with an error matching verbs.ErrPeerLost; Dial again.
 type Window struct {
-	c    *Client
-	addr uint64
-	rkey uint32
-	size int
+	c      *Client
+	addr   uint64
+	rkey   uint32
+	id     uint32 // the server's
+	size   int
+	policy atomics.Policy
+	lock   byte // lockShared or lockExclusive while the client holds one; under c.mu
+	all    bool // the lock is LockAll's
 }
 
 // Size is the window's size in bytes.
@@ -78,43 +91,226 @@ func (w *Window) Get(ctx context.Context, dst []byte, disp int) error {
 	return c.read(ctx, dst, w.addr+uint64(disp), w.rkey)
 }
 
-// FetchAndOp applies o with operand v to the int64 at disp (8-byte
-// aligned) and returns its old value (MPI_Fetch_and_op on MPI_INT64_T).
-// The route is atomics' default policy, as for a group window: SUM is a
-// NIC fetch-and-add, NO_OP an 8-byte READ, REPLACE, MIN, MAX, PROD and
-// the logical and bitwise ops compare-and-swap loops, so all of them,
-// CompareAndSwap included, are atomic with each other. Ops MPI does not
-// allow on integers in FetchAndOp are refused (op's errors); user-defined
-// ops, and every op on a device without atomics, return
-// verbs.ErrNotSupported in this version (they need the server's engine).
+// FetchAndOp applies o with operand v to the int64 at disp and returns its
+// old value (MPI_Fetch_and_op on MPI_INT64_T). The route is atomics'
+// default policy, as for a group window: SUM is a NIC fetch-and-add,
+// NO_OP an 8-byte READ, REPLACE, MIN, MAX, PROD and the logical and
+// bitwise ops compare-and-swap loops, so all of them, CompareAndSwap
+// included, are atomic with each other; these need disp 8-byte aligned.
+// User-defined ops, and every op when either side's device has no
+// atomics, are applied by the server's engine. For other datatypes use
+// GetAccumulate with one element.
 func (w *Window) FetchAndOp(ctx context.Context, v int64, disp int, o op.Op) (int64, error) {
-	if err := op.Check(o, datatype.Int64, op.FetchAndOp); err != nil {
-		return 0, err
-	}
-	if err := w.checkAtomic(disp); err != nil {
-		return 0, err
-	}
 	c := w.c
-	route := c.policy.FetchAndOp(o, datatype.Int64)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err := c.begin(ctx); err != nil {
+	binary.NativeEndian.PutUint64(c.a[:], uint64(v))
+	if err := w.getAccumulate(ctx, c.a[:], c.b[:], datatype.Int64, disp, o); err != nil {
 		return 0, err
 	}
-	addr := w.addr + uint64(disp)
-	var old uint64
-	var err error
-	switch route {
-	case atomics.NICFetchAdd:
-		old, err = c.fetchAdd(ctx, addr, w.rkey, uint64(v))
-	case atomics.NICRead:
-		old, err = c.read8(ctx, addr, w.rkey)
-	case atomics.NICCompareSwapLoop:
-		old, err = c.casLoop(ctx, addr, w.rkey, o, uint64(v))
-	default:
-		return 0, fmt.Errorf("%w: %v on int64 needs the server's engine (route %v)", verbs.ErrNotSupported, o, route)
+	return int64(binary.NativeEndian.Uint64(c.b[:])), nil
+}
+
+// CompareAndSwap replaces the int64 at disp by swap if it equals compare,
+// and returns its old value (MPI_Compare_and_swap): a NIC compare-and-swap
+// (disp 8-byte aligned), or the server's engine when either side's device
+// has no atomics.
+func (w *Window) CompareAndSwap(ctx context.Context, compare, swap int64, disp int) (int64, error) {
+	c := w.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	binary.NativeEndian.PutUint64(c.a[:], uint64(swap))
+	binary.NativeEndian.PutUint64(c.b[:], uint64(compare))
+	if err := w.compareAndSwap(ctx, c.a[:], c.b[:], c.r[:], datatype.Int64, disp); err != nil {
+		return 0, err
 	}
-	return int64(old), err
+	return int64(binary.NativeEndian.Uint64(c.r[:])), nil
+}
+
+// CompareAndSwapBytes is MPI_Compare_and_swap on one element of type dt
+// (an integer, byte or bool: op.CheckCompareAndSwap): if the element at
+// disp equals compare, it becomes origin; result receives the old value.
+// Each buffer is dt.Size() bytes. 64-bit integers go to the NIC as in
+// CompareAndSwap, the others to the server's engine.
+func (w *Window) CompareAndSwapBytes(ctx context.Context, origin, compare, result []byte, dt datatype.Basic, disp int) error {
+	c := w.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return w.compareAndSwap(ctx, origin, compare, result, dt, disp)
+}
+
+// Accumulate combines the elements of origin, of type dt, into the window
+// from disp with o (MPI_Accumulate with a contiguous target of
+// len(origin)/dt.Size() elements): every predefined op but NO_OP, or a
+// user-defined op made with op.Register, which the server must have
+// registered too (in the same order, so that it has the same value;
+// otherwise the call fails with fallback.ErrUnknownOp). Each element is
+// updated atomically with respect to the other accumulate calls on it
+// with the same datatype, from any client. 64-bit integers with
+// predefined ops go to the NIC, one element at a time (disp 8-byte
+// aligned); the rest is applied by the server's engine, up to 480 bytes
+// per message. A zero-length origin does nothing.
+func (w *Window) Accumulate(ctx context.Context, origin []byte, dt datatype.Basic, disp int, o op.Op) error {
+	c := w.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := op.Check(o, dt, op.Accumulate); err != nil {
+		return err
+	}
+	es := dt.Size()
+	if len(origin)%es != 0 {
+		return fmt.Errorf("%w: origin of %d bytes is not whole %v elements", win.ErrInvalid, len(origin), dt)
+	}
+	if len(origin) == 0 {
+		return nil
+	}
+	if err := w.check(disp, len(origin)); err != nil {
+		return err
+	}
+	if err := c.begin(ctx); err != nil {
+		return err
+	}
+	if route := w.policy.Accumulate(o, dt); route != atomics.Engine {
+		return w.nic(ctx, route, o, origin, nil, disp)
+	}
+	for p := maxAccData / es * es; len(origin) > 0; {
+		n := min(p, len(origin))
+		if err := w.engine(ctx, accPlain, o, dt, disp, origin[:n], nil, nil); err != nil {
+			return err
+		}
+		origin, disp = origin[n:], disp+n
+	}
+	return nil
+}
+
+// GetAccumulate is Accumulate that first returns the old contents of the
+// target elements in result (MPI_Get_accumulate; with one element,
+// MPI_Fetch_and_op): result has the length of origin, or with NO_OP,
+// which only reads, origin may be empty and result says how much to read.
+// The old values are those each element had just before this call
+// updated it; pieces of more than 192 bytes are separate messages, each
+// element still updated atomically.
+func (w *Window) GetAccumulate(ctx context.Context, origin, result []byte, dt datatype.Basic, disp int, o op.Op) error {
+	c := w.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return w.getAccumulate(ctx, origin, result, dt, disp, o)
+}
+
+// getAccumulate is GetAccumulate; c.mu is held.
+func (w *Window) getAccumulate(ctx context.Context, origin, result []byte, dt datatype.Basic, disp int, o op.Op) error {
+	c := w.c
+	if err := op.Check(o, dt, op.GetAccumulate); err != nil {
+		return err
+	}
+	es := dt.Size()
+	if o == op.NoOp && len(origin) == 0 {
+		origin = nil
+	} else if len(origin) != len(result) {
+		return fmt.Errorf("%w: origin of %d bytes and result of %d", win.ErrInvalid, len(origin), len(result))
+	}
+	if len(result)%es != 0 {
+		return fmt.Errorf("%w: result of %d bytes is not whole %v elements", win.ErrInvalid, len(result), dt)
+	}
+	if len(result) == 0 {
+		return nil
+	}
+	if err := w.check(disp, len(result)); err != nil {
+		return err
+	}
+	if err := c.begin(ctx); err != nil {
+		return err
+	}
+	if route := w.policy.FetchAndOp(o, dt); route != atomics.Engine {
+		return w.nic(ctx, route, o, origin, result, disp)
+	}
+	if o == op.NoOp {
+		origin = nil // MPI ignores the origin of NO_OP; the message carries none
+	}
+	for p := maxFetchData / es * es; len(result) > 0; {
+		n := min(p, len(result))
+		var data []byte
+		if origin != nil {
+			data, origin = origin[:n], origin[n:]
+		}
+		if err := w.engine(ctx, accFetch, o, dt, disp, data, nil, result[:n]); err != nil {
+			return err
+		}
+		result, disp = result[n:], disp+n
+	}
+	return nil
+}
+
+// compareAndSwap is CompareAndSwapBytes; c.mu is held.
+func (w *Window) compareAndSwap(ctx context.Context, origin, compare, result []byte, dt datatype.Basic, disp int) error {
+	c := w.c
+	if err := op.CheckCompareAndSwap(dt); err != nil {
+		return err
+	}
+	es := dt.Size()
+	if len(origin) != es || len(compare) != es || len(result) != es {
+		return fmt.Errorf("%w: compare-and-swap on %v with buffers of %d, %d and %d bytes (want %d)",
+			win.ErrInvalid, dt, len(origin), len(compare), len(result), es)
+	}
+	route := w.policy.CompareAndSwap(dt)
+	if route != atomics.Engine {
+		if err := w.checkAtomic(disp); err != nil {
+			return err
+		}
+	} else if err := w.check(disp, es); err != nil {
+		return err
+	}
+	if err := c.begin(ctx); err != nil {
+		return err
+	}
+	if route == atomics.Engine {
+		return w.engine(ctx, accCAS, 0, dt, disp, compare, origin, result)
+	}
+	old, err := c.compareSwap(ctx, w.addr+uint64(disp), w.rkey,
+		binary.NativeEndian.Uint64(compare), binary.NativeEndian.Uint64(origin))
+	if err == nil {
+		binary.NativeEndian.PutUint64(result, old)
+	}
+	return err
+}
+
+// nic carries out an accumulate on 64-bit integers with NIC atomics, one
+// element at a time; result is nil for Accumulate. c.mu is held and begin
+// has succeeded.
+func (w *Window) nic(ctx context.Context, route atomics.Route, o op.Op, origin, result []byte, disp int) error {
+	c := w.c
+	if err := w.checkAtomic(disp); err != nil {
+		return err
+	}
+	n := len(origin)
+	if result != nil {
+		n = len(result)
+	}
+	for i := 0; i < n; i += 8 {
+		addr := w.addr + uint64(disp+i)
+		var v, old uint64
+		if origin != nil {
+			v = binary.NativeEndian.Uint64(origin[i:])
+		}
+		var err error
+		switch route {
+		case atomics.NICFetchAdd:
+			old, err = c.fetchAdd(ctx, addr, w.rkey, v)
+		case atomics.NICRead:
+			old, err = c.read8(ctx, addr, w.rkey)
+		case atomics.NICCompareSwapLoop:
+			old, err = c.casLoop(ctx, addr, w.rkey, o, v)
+		default:
+			return fmt.Errorf("%w: route %v", win.ErrInvalid, route)
+		}
+		if err != nil {
+			return err
+		}
+		if result != nil {
+			binary.NativeEndian.PutUint64(result[i:], old)
+		}
+	}
+	return nil
 }
 
 // casLoop applies o with operand v to the word at addr by reading it and
@@ -125,13 +321,14 @@ func (c *Client) casLoop(ctx context.Context, addr uint64, rkey uint32, o op.Op,
 	if err != nil {
 		return 0, err
 	}
+	t, s := c.t[:], c.s[:]
 	for {
-		binary.NativeEndian.PutUint64(c.a[:], cur)
-		binary.NativeEndian.PutUint64(c.b[:], v)
-		if err := op.Apply(o, datatype.Int64, c.a[:], c.b[:]); err != nil {
+		binary.NativeEndian.PutUint64(t, cur)
+		binary.NativeEndian.PutUint64(s, v)
+		if err := op.Apply(o, datatype.Int64, t, s); err != nil {
 			return 0, err
 		}
-		next := binary.NativeEndian.Uint64(c.a[:])
+		next := binary.NativeEndian.Uint64(t)
 		if next == cur {
 			return cur, nil // nothing to change: the read was atomic
 		}
@@ -143,29 +340,189 @@ func (c *Client) casLoop(ctx context.Context, addr uint64, rkey uint32, o op.Op,
 	}
 }
 
-// CompareAndSwap replaces the int64 at disp (8-byte aligned) by swap if
-// it equals compare, and returns its old value (MPI_Compare_and_swap; a
-// NIC compare-and-swap).
-func (w *Window) CompareAndSwap(ctx context.Context, compare, swap int64, disp int) (int64, error) {
-	if err := w.checkAtomic(disp); err != nil {
-		return 0, err
+// engine sends one accumulate message to the server's engine and waits
+// for its reply: data is the origin (or, for accCAS, the compare element,
+// data2 the origin), result receives the old elements of the fetching
+// kinds. c.mu is held and begin has succeeded.
+func (w *Window) engine(ctx context.Context, kind uint8, o op.Op, dt datatype.Basic, disp int, data, data2, result []byte) error {
+	c := w.c
+	count := len(data) / dt.Size()
+	if result != nil && kind != accCAS {
+		count = len(result) / dt.Size()
+	}
+	c.seq++
+	b := c.buf[sendOff:]
+	putAcc(b, c.seq, &accReq{win: w.id, kind: kind, op: o, dt: dt, disp: uint64(disp), count: uint32(count)})
+	n := accLen + copy(b[accLen:], data)
+	n += copy(b[n:], data2)
+	if err := c.request(ctx, n); err != nil {
+		return err
+	}
+	switch c.reply[0] {
+	case msgOK:
+		if c.replyLen != headerLen+len(result) {
+			c.fail(fmt.Errorf("%w: a reply of %d bytes to an accumulate of %d", ErrProtocol, c.replyLen, len(result)))
+			return c.err
+		}
+		copy(result, c.reply[headerLen:c.replyLen])
+		c.stats.engineOps.Add(1)
+		return nil
+	case msgErr:
+		c.stats.engineRejects.Add(1)
+		return c.refused(dt, o)
+	}
+	c.fail(fmt.Errorf("%w: reply %#x to an accumulate", ErrProtocol, c.reply[0]))
+	return c.err
+}
+
+// refused turns the msgErr in c.reply into an error; c.mu is held.
+func (c *Client) refused(dt datatype.Basic, o op.Op) error {
+	reason := byte(0)
+	if c.replyLen == errLen {
+		reason = c.reply[headerLen]
+	}
+	switch reason {
+	case errUnknownWin:
+		return fmt.Errorf("%w: the server no longer has the window", ErrUnknownWindow)
+	case errOutOfWindow:
+		return fmt.Errorf("%w: refused by the server", win.ErrOutOfWindow)
+	case errOpDatatype:
+		return fmt.Errorf("%w: the server refused %v on %v", op.ErrOpDatatype, o, dt)
+	case errUnknownOp:
+		return fmt.Errorf("%w: the server has not registered op %v", fallback.ErrUnknownOp, o)
+	case errLockState:
+		return fmt.Errorf("%w: the server's lock state disagrees", win.ErrEpoch)
+	}
+	return fmt.Errorf("%w: the server refused the request (reason %d)", ErrProtocol, reason)
+}
+
+// Lock takes the window's lock, shared (win.LockShared) or exclusive
+// (win.LockExclusive), waiting for it as long as ctx allows
+// (MPI_Win_lock; the server queues requests in their order of arrival, and
+// grants consecutive shared ones together). A client holds at most one
+// lock of a window: Lock while holding it fails with win.ErrEpoch. While
+// Lock waits, the client's other calls wait too: lock from separate
+// Clients for independent waits. If ctx ends first, the request is
+// withdrawn (or the lock, granted meanwhile, given back) before Lock
+// returns ctx's error. A client that dies or disconnects gives its locks
+// up: the server frees them when the connection goes (at once for a
+// process that dies, which its kernel disconnects; after
+// ServerConfig.ProbeInterval plus the transport's retries for a host that
+// dies).
+func (w *Window) Lock(ctx context.Context, lt win.LockType) error {
+	var code byte
+	switch lt {
+	case win.LockShared:
+		code = lockShared
+	case win.LockExclusive:
+		code = lockExclusive
+	default:
+		return fmt.Errorf("%w: lock type %d", win.ErrInvalid, lt)
 	}
 	c := w.c
-	if c.policy.CompareAndSwap(datatype.Int64) == atomics.Engine {
-		return 0, fmt.Errorf("%w: compare-and-swap needs NIC atomics in this version", verbs.ErrNotSupported)
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return w.lockLocked(ctx, code, false)
+}
+
+// LockAll takes the window's lock shared (MPI_Win_lock_all: a window of a
+// server has one target). Undo it with UnlockAll.
+func (w *Window) LockAll(ctx context.Context) error {
+	c := w.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return w.lockLocked(ctx, lockShared, true)
+}
+
+func (w *Window) lockLocked(ctx context.Context, code byte, all bool) error {
+	c := w.c
 	if err := c.begin(ctx); err != nil {
-		return 0, err
+		return err
 	}
-	old, err := c.compareSwap(ctx, w.addr+uint64(disp), w.rkey, uint64(compare), uint64(swap))
-	return int64(old), err
+	if w.lock != 0 {
+		return fmt.Errorf("%w: the client holds the window's lock already", win.ErrEpoch)
+	}
+	c.seq++
+	err := c.request(ctx, putLock(c.buf[sendOff:], msgLock, c.seq, w.id, code))
+	if err != nil {
+		if ctx.Err() == nil || c.err != nil {
+			return err
+		}
+		// Withdraw the request (or give back the lock granted meanwhile):
+		// the server answers the withdrawal after any grant.
+		c.awaiting = 0
+		wctx, cancel := context.WithTimeout(context.Background(), withdrawTimeout)
+		defer cancel()
+		c.seq++
+		if werr := c.request(wctx, putLock(c.buf[sendOff:], msgUnlock, c.seq, w.id, 0)); werr != nil {
+			c.awaiting = 0
+			c.fail(fmt.Errorf("withdrawing a lock request: %w", werr))
+			c.id.Disconnect() // the server then frees whatever it granted
+		}
+		return err
+	}
+	switch c.reply[0] {
+	case msgOK:
+		w.lock, w.all = code, all
+		c.stats.locks.Add(1)
+		return nil
+	case msgErr:
+		return c.refused(0, 0)
+	}
+	c.fail(fmt.Errorf("%w: reply %#x to a lock", ErrProtocol, c.reply[0]))
+	return c.err
+}
+
+// withdrawTimeout bounds the withdrawal of a lock request whose Lock was
+// cancelled; beyond it the client disconnects.
+const withdrawTimeout = 10 * time.Second
+
+// Unlock gives the window's lock back (MPI_Win_unlock). Every call of the
+// client is complete at the server when it returns, so this only frees
+// the lock. Without the lock (or with LockAll's) it fails with
+// win.ErrEpoch.
+func (w *Window) Unlock(ctx context.Context) error {
+	c := w.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return w.unlockLocked(ctx, false)
+}
+
+// UnlockAll gives back the lock LockAll took (MPI_Win_unlock_all).
+func (w *Window) UnlockAll(ctx context.Context) error {
+	c := w.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return w.unlockLocked(ctx, true)
+}
+
+func (w *Window) unlockLocked(ctx context.Context, all bool) error {
+	c := w.c
+	if w.lock == 0 || w.all != all {
+		return fmt.Errorf("%w: the client does not hold the window's lock (from %s)", win.ErrEpoch,
+			map[bool]string{false: "Lock", true: "LockAll"}[all])
+	}
+	if err := c.begin(ctx); err != nil {
+		return err
+	}
+	c.seq++
+	err := c.request(ctx, putLock(c.buf[sendOff:], msgUnlock, c.seq, w.id, 0))
+	if c.posted == c.done || err == nil || c.awaiting != 0 {
+		w.lock, w.all = 0, false // sent: the server frees the lock
+	}
+	if err != nil {
+		return err
+	}
+	if c.reply[0] != msgOK {
+		return c.refused(0, 0)
+	}
+	return nil
 }
 
 // Flush waits until every operation of the client is complete at the
-// server, those abandoned when their context ended included. (Each call
-// returns complete, so this only matters after a cancellation.)
+// server, those abandoned when their context ended included
+// (MPI_Win_flush). Each call returns complete, so this only matters after
+// a cancellation.
 func (w *Window) Flush(ctx context.Context) error {
 	c := w.c
 	c.mu.Lock()

@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/onesided/rma/datatype"
 	"github.com/onesided/rma/op"
 	"github.com/onesided/rma/service"
 	"github.com/onesided/rma/verbs"
@@ -187,6 +188,11 @@ func svcServer(ctx context.Context) (err error) {
 		}
 	}
 	fmt.Printf("counter=%d\n", int64(binary.NativeEndian.Uint64(mems["counter"])))
+	st := srv.Stats()
+	a := st.Windows["alpha"]
+	fmt.Printf("server stats: connects=%d disconnects=%d authfailures=%d refused=%d lockrecoveries=%d alpha_engineops=%d alpha_rejects=%d alpha_lockgrants=%d alpha_lockwaits=%d\n",
+		st.Connects, st.Disconnects, st.AuthFailures, st.Refused, st.LockRecoveries, a.EngineOps, a.EngineRejects, a.LockGrants, a.LockWaits)
+	fmt.Printf("lockrecoveries=%d\n", st.LockRecoveries)
 	start = time.Now()
 	if err := srv.Close(); err != nil {
 		return err
@@ -225,6 +231,8 @@ func svcClient(ctx context.Context, mode string) error {
 		return svcScale(ctx, addr)
 	case "frozen":
 		return svcFrozenClient(ctx, addr)
+	case "holder", "waiter", "accdie", "acccheck":
+		return svcLockClient(ctx, addr, mode)
 	}
 	return fmt.Errorf("unknown client mode %q", mode)
 }
@@ -376,6 +384,9 @@ func svcRound(ctx context.Context, addr string, i int, checkAllocs bool) (err er
 	if err := svcExpect("NO_OP after the refusals", old, 42, err); err != nil {
 		return err
 	}
+	if err := svcEngineCalls(ctx, cl, alpha, beta, i); err != nil {
+		return err
+	}
 	if err := alpha.Flush(ctx); err != nil {
 		return err
 	}
@@ -383,17 +394,22 @@ func svcRound(ctx context.Context, addr string, i int, checkAllocs bool) (err er
 		bg := context.Background()
 		small := make([]byte, 8)
 		var ferr error
+		f64 := make([]byte, 16)
 		allocs := testing.AllocsPerRun(50, func() {
 			_, e1 := alpha.FetchAndOp(bg, 1, 8, op.Sum)
 			_, e2 := alpha.FetchAndOp(bg, 5, 8, op.Max)
 			_, e3 := alpha.CompareAndSwap(bg, 0, 0, 16)
 			e4 := alpha.Put(bg, small, 24)
 			e5 := alpha.Get(bg, small, 24)
-			if err := errors.Join(e1, e2, e3, e4, e5); err != nil {
+			e6 := alpha.Lock(bg, win.LockExclusive)
+			e7 := alpha.Accumulate(bg, f64[:8], datatype.Float64, 2048, op.Sum)
+			e8 := alpha.GetAccumulate(bg, f64[:8], f64[8:], datatype.Float64, 2048, op.Max)
+			e9 := alpha.Unlock(bg)
+			if err := errors.Join(e1, e2, e3, e4, e5, e6, e7, e8, e9); err != nil {
 				ferr = err
 			}
 		})
-		fmt.Printf("allocs per FetchAndOp(SUM)+FetchAndOp(MAX)+CompareAndSwap+Put+Get: %v\n", allocs)
+		fmt.Printf("allocs per FetchAndOp(SUM)+FetchAndOp(MAX)+CompareAndSwap+Put+Get+Lock+Accumulate+GetAccumulate+Unlock: %v\n", allocs)
 		if ferr != nil || allocs != 0 {
 			return fmt.Errorf("hot path: %v allocations per run (%v), want 0", allocs, ferr)
 		}
@@ -684,9 +700,18 @@ func svcAuth(ctx context.Context, addr string) error {
 		return err
 	}
 	// The connection limit: 3 clients are taken, the fourth is refused.
-	cls, err := svcDialMany(ctx, addr, 3)
-	if err != nil {
-		return err
+	// They dial one after the other: three at once would be three pending
+	// connections, one more than the server keeps.
+	var cls []*service.Client
+	for i := 0; i < 3; i++ {
+		c, err := service.Dial(ctx, addr, svcConfig())
+		if err != nil {
+			for _, c := range cls {
+				c.Close()
+			}
+			return fmt.Errorf("client %d of 3: %w", i+1, err)
+		}
+		cls = append(cls, c)
 	}
 	_, err = service.Dial(ctx, addr, svcConfig())
 	fmt.Printf("fourth client: %v\n", err)
@@ -1135,8 +1160,9 @@ func svcFrozen(ctx context.Context) (err error) {
 	reply := []byte{0x83, 0, 0, 0, m[4], m[5], m[6], m[7]}
 	reply = binary.LittleEndian.AppendUint64(reply, s.mr.Addr())
 	reply = binary.LittleEndian.AppendUint32(reply, s.mr.RKey())
-	reply = binary.LittleEndian.AppendUint32(reply, 0)
-	reply = binary.LittleEndian.AppendUint64(reply, 512)
+	reply = binary.LittleEndian.AppendUint32(reply, 0)   // window id
+	reply = binary.LittleEndian.AppendUint64(reply, 512) // size
+	reply = binary.LittleEndian.AppendUint64(reply, 1)   // flags: atomics
 	if err := send(reply); err != nil {
 		return err
 	}
