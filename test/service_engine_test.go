@@ -3,11 +3,16 @@
 package test
 
 import (
+	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
+	"net/netip"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -17,6 +22,7 @@ import (
 	"github.com/onesided/rma/datatype"
 	"github.com/onesided/rma/op"
 	"github.com/onesided/rma/service"
+	"github.com/onesided/rma/verbs"
 	"github.com/onesided/rma/win"
 )
 
@@ -343,5 +349,163 @@ func TestServiceAccumulateDeath(t *testing.T) {
 	t.Logf("messages applied before the kill: %s", value(t, out, "applied"))
 	if got := value(t, s.stop(srv), "lockrecoveries"); got != "0" {
 		t.Errorf("server lock recoveries %s, want 0", got)
+	}
+}
+
+// svcFrozenHolder is a client of the wire protocol on raw verbs that
+// authenticates, opens alpha and takes its exclusive lock, then moves its
+// QP to the error state without disconnecting, as when its host dies: its
+// NIC no longer answers, and nothing tells the server. It waits to be
+// killed.
+func svcFrozenHolder(ctx context.Context, addr string) (err error) {
+	var c cmCloser
+	defer func() { c.close(&err) }()
+	dst, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return err
+	}
+	ch, err := verbs.NewEventChannel()
+	if err != nil {
+		return err
+	}
+	c.add(ch.Close)
+	id, err := ch.CreateID()
+	if err != nil {
+		return err
+	}
+	c.add(id.Close)
+	if err := id.ResolveAddr(ctx, netip.Addr{}, dst); err != nil {
+		return err
+	}
+	if err := id.ResolveRoute(ctx); err != nil {
+		return err
+	}
+	route, err := id.Route()
+	if err != nil {
+		return err
+	}
+	s, err := newCMSide(&c, route.Device, 0)
+	if err != nil {
+		return err
+	}
+	qp, err := id.CreateQP(s.pd, verbs.QPConfig{SendCQ: s.cq, RecvCQ: s.cq, MaxSendWR: 8, MaxRecvWR: 8})
+	if err != nil {
+		return err
+	}
+	c.add(qp.Close)
+	for i := 0; i < 8; i++ {
+		if err := qp.PostRecv(uint64(100+i), s.mr.Local(2048+i*256, 256)); err != nil {
+			return err
+		}
+	}
+	cNonce := bytes.Repeat([]byte{3}, 32)
+	ev, err := id.Connect(ctx, verbs.ConnParam{PrivateData: append([]byte("RMAS\x01\x00\x00\x00"), cNonce...)})
+	if err != nil {
+		return err
+	}
+	if len(ev.PrivateData) < 40 || string(ev.PrivateData[:5]) != "RMAS\x01" {
+		return fmt.Errorf("accept private data %q", ev.PrivateData)
+	}
+	sNonce := bytes.Clone(ev.PrivateData[8:40])
+	seq := byte(0)
+	// call sends a message (its header's type t) and returns the reply.
+	call := func(t byte, body []byte) ([]byte, error) {
+		seq++
+		m := append([]byte{t, 0, 0, 0, seq, 0, 0, 0}, body...)
+		copy(s.mem[1024:], m)
+		if err := qp.PostSend(1, s.mr.Local(1024, len(m)), 0); err != nil {
+			return nil, err
+		}
+		for {
+			wc, err := s.poll(ctx)
+			if err == nil {
+				err = wc.Err()
+			}
+			if err != nil {
+				return nil, err
+			}
+			if wc.Opcode == verbs.WCRecv {
+				off := 2048 + int(wc.WRID-100)*256
+				r := bytes.Clone(s.mem[off : off+int(wc.ByteLen)])
+				if err := qp.PostRecv(wc.WRID, s.mr.Local(off, 256)); err != nil {
+					return nil, err
+				}
+				if len(r) < 8 || r[4] != seq {
+					return nil, fmt.Errorf("reply % x to message %d", r, seq)
+				}
+				return r, nil
+			}
+		}
+	}
+	m := hmac.New(sha256.New, []byte(os.Getenv("RMA_SVC_SECRET")))
+	m.Write([]byte("rma-service-client"))
+	m.Write(sNonce)
+	m.Write(cNonce)
+	r, err := call(1, m.Sum(nil))
+	if err != nil || r[0] != 0x81 {
+		return fmt.Errorf("authentication: % x, %v", r, err)
+	}
+	r, err = call(2, append([]byte{5}, "alpha"...))
+	if err != nil || r[0] != 0x83 || len(r) != 40 {
+		return fmt.Errorf("open: % x, %v", r, err)
+	}
+	lock := binary.LittleEndian.AppendUint32(nil, binary.LittleEndian.Uint32(r[20:]))
+	r, err = call(4, append(lock, 2, 0, 0, 0)) // exclusive
+	if err != nil || r[0] != 0x85 {
+		return fmt.Errorf("lock: % x, %v", r, err)
+	}
+	if err := svcWrite("holding", ""); err != nil {
+		return err
+	}
+	if _, err := svcAwait(ctx, "freeze"); err != nil {
+		return err
+	}
+	if err := qp.SetError(); err != nil {
+		return err
+	}
+	fmt.Printf("frozen=%d\n", time.Now().UnixNano())
+	if err := svcWrite("frozen", ""); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// TestServiceLockHolderHostDeath (item 4, a host that dies): the lock
+// holder is a raw client whose QP goes to the error state without a
+// disconnect, as when its host dies. The server's next probe of it (every
+// ProbeInterval, 500 ms) fails after the transport's retries (7 ACK
+// timeouts of 67 ms), which frees the lock: the waiter must get it within
+// 2 s of the freeze, and not before it.
+func TestServiceLockHolderHostDeath(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s := newSvcTest(t, ctx)
+	srv, addr := s.server("server", 0)
+	holder := s.client("frozen holder", addr, "frozenholder")
+	waitCMFile(ctx, t, filepath.Join(s.dir, "holding"), holder)
+	waiter := s.client("waiter", addr, "waiter")
+	waitCMFile(ctx, t, filepath.Join(s.dir, "waiting"), waiter)
+	time.Sleep(1500 * time.Millisecond) // three probes of a live holder
+	if strings.Contains(waiter.out.String(), "granted=") {
+		t.Fatalf("the waiter got the lock while the holder lived:\n%s", waiter.out.String())
+	}
+	if err := os.WriteFile(filepath.Join(s.dir, "freeze"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitCMFile(ctx, t, filepath.Join(s.dir, "frozen"), holder)
+	out := waiter.wait(t, false)
+	if err := holder.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	frozen := cmUnixNano(t, holder.wait(t, true), "frozen")
+	took := cmUnixNano(t, out, "granted").Sub(frozen)
+	t.Logf("lock granted to the waiter %v after its holder's NIC stopped answering", took)
+	fmt.Printf("service: lock free %v after its holder's host stopped answering\n", took)
+	if took < 0 || took > 2*time.Second {
+		t.Errorf("the lock was granted %v after the holder froze, want within 2 s (ProbeInterval + 7 x 67 ms + margin)", took)
+	}
+	if got := value(t, s.stop(srv), "lockrecoveries"); got != "1" {
+		t.Errorf("server lock recoveries %s, want 1", got)
 	}
 }

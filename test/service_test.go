@@ -233,6 +233,8 @@ func svcClient(ctx context.Context, mode string) error {
 		return svcFrozenClient(ctx, addr)
 	case "holder", "waiter", "accdie", "acccheck":
 		return svcLockClient(ctx, addr, mode)
+	case "frozenholder":
+		return svcFrozenHolder(ctx, addr)
 	}
 	return fmt.Errorf("unknown client mode %q", mode)
 }
