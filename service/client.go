@@ -38,14 +38,17 @@ type Client struct {
 
 	stats counters
 
+	lockSlots chan struct{} // bounds the lock requests waiting (maxLockWaits)
+
 	mu       sync.Mutex // serializes the calls; guards what follows
 	closed   bool
-	awaiting uint32 // a request whose caller left before its reply came
-	err      error  // the connection failed: every call returns it
-	posted   uint64 // id of the last send work request posted
-	done     uint64 // id of the last one completed (they complete in order)
-	seq      uint32 // the current request's sequence number
-	replySeq uint32 // the sequence number of the reply in reply
+	awaiting uint32      // a request whose caller left before its reply came
+	waits    []*lockWait // lock requests sent, not answered yet
+	err      error       // the connection failed: every call returns it
+	posted   uint64      // id of the last send work request posted
+	done     uint64      // id of the last one completed (they complete in order)
+	seq      uint32      // the current request's sequence number
+	replySeq uint32      // the sequence number of the reply in reply
 	replyLen int
 	reply    [recvSize]byte
 	wcs      [8]verbs.WC
@@ -58,7 +61,7 @@ const (
 	resultOff  = 0
 	sendOff    = 64
 	recvOff    = 512
-	clientRecv = 4 // receive buffers posted
+	clientRecv = 7 // receive buffers posted: a reply and maxLockWaits grants fit
 	stagingOff = 4096
 
 	recvTag   = 1 << 63 // marks receive work request ids
@@ -82,7 +85,7 @@ func Dial(ctx context.Context, addr string, cfg ClientConfig) (c *Client, err er
 	if err != nil {
 		return nil, err
 	}
-	c = &Client{cfg: cfg, addr: ap}
+	c = &Client{cfg: cfg, addr: ap, lockSlots: make(chan struct{}, maxLockWaits)}
 	made := c
 	defer func() {
 		if err != nil {
@@ -251,7 +254,8 @@ func (c *Client) Open(ctx context.Context, name string) (*Window, error) {
 			return nil, fmt.Errorf("%w: window of %d bytes", ErrProtocol, r.size)
 		}
 		return &Window{c: c, addr: r.addr, rkey: r.rkey, id: r.id, size: int(r.size),
-			policy: atomics.DefaultPolicy(c.atomics && r.flags&flagAtomics != 0)}, nil
+			policy: atomics.DefaultPolicy(c.atomics && r.flags&flagAtomics != 0),
+			lw:     lockWait{ch: make(chan struct{}, 1)}}, nil
 	case msgOpenErr:
 		if c.replyLen == openErrLen && c.reply[headerLen] == openUnknown {
 			return nil, fmt.Errorf("%w: %q", ErrUnknownWindow, name)
@@ -427,7 +431,7 @@ func (c *Client) complete(wc *verbs.WC) {
 	}
 	off := recvOff + i*recvSize
 	msg := c.buf[off : off+int(wc.ByteLen)]
-	if _, seq, ok := header(msg); ok && seq == c.seq && c.replySeq != seq {
+	if _, seq, ok := header(msg); ok && !c.answered(seq, msg) && seq == c.seq && c.replySeq != seq {
 		c.replyLen = copy(c.reply[:], msg)
 		c.replySeq = seq
 	}

@@ -84,10 +84,11 @@ type sconn struct {
 	stats    ConnStats
 }
 
-// maxConnSends bounds a connection's outstanding replies: a client has
-// one request outstanding, and a lock request it withdraws may be
-// granted as the withdrawal comes, so two replies; one more for a probe.
-const maxConnSends = 3
+// maxConnSends bounds a connection's outstanding sends: a client has one
+// request outstanding besides at most 4 lock requests waiting (its
+// maxLockWaits), each of which may be granted as the request comes; one
+// more for a probe.
+const maxConnSends = 6
 
 // Listen listens for clients on addr, an IP address and port of an RDMA
 // device's network interface ("10.0.0.1:7471"; port 0 picks one, see

@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"runtime"
 	"time"
 
 	"github.com/onesided/rma/atomics"
 	"github.com/onesided/rma/datatype"
 	"github.com/onesided/rma/fallback"
 	"github.com/onesided/rma/op"
+	"github.com/onesided/rma/verbs"
 	"github.com/onesided/rma/win"
 )
 
@@ -32,14 +34,16 @@ import (
 // closed server makes the call, and every later call of the client, fail
 // with an error matching verbs.ErrPeerLost; Dial again.
 type Window struct {
-	c      *Client
-	addr   uint64
-	rkey   uint32
-	id     uint32 // the server's
-	size   int
-	policy atomics.Policy
-	lock   byte // lockShared or lockExclusive while the client holds one; under c.mu
-	all    bool // the lock is LockAll's
+	c       *Client
+	addr    uint64
+	rkey    uint32
+	id      uint32 // the server's
+	size    int
+	policy  atomics.Policy
+	lock    byte // lockShared or lockExclusive while the client holds one; under c.mu
+	all     bool // the lock is LockAll's
+	waiting bool // a Lock of the window waits for the server
+	lw      lockWait
 }
 
 // Size is the window's size in bytes.
@@ -400,9 +404,11 @@ func (c *Client) refused(dt datatype.Basic, o op.Op) error {
 // (win.LockExclusive), waiting for it as long as ctx allows
 // (MPI_Win_lock; the server queues requests in their order of arrival, and
 // grants consecutive shared ones together). A client holds at most one
-// lock of a window: Lock while holding it fails with win.ErrEpoch. While
-// Lock waits, the client's other calls wait too: lock from separate
-// Clients for independent waits. If ctx ends first, the request is
+// lock of a window: Lock while holding or waiting for it fails with
+// win.ErrEpoch. While Lock waits, the client's other calls go on (up to
+// 4 Locks of different windows may wait at once; more wait for a place);
+// with no other call going on, the waiting Lock polls at most every
+// millisecond. If ctx ends first, the request is
 // withdrawn (or the lock, granted meanwhile, given back) before Lock
 // returns ctx's error. A client that dies or disconnects gives its locks
 // up: the server frees them when the connection goes (at once for a
@@ -439,18 +445,58 @@ func (w *Window) lockLocked(ctx context.Context, code byte, all bool) error {
 	if err := c.begin(ctx); err != nil {
 		return err
 	}
-	if w.lock != 0 {
-		return fmt.Errorf("%w: the client holds the window's lock already", win.ErrEpoch)
+	if w.lock != 0 || w.waiting {
+		return fmt.Errorf("%w: the client holds or waits for the window's lock already", win.ErrEpoch)
 	}
+	// A lock request waits without holding the client: take one of the
+	// client's maxLockWaits places first.
+	select {
+	case c.lockSlots <- struct{}{}:
+	default:
+		c.mu.Unlock()
+		select {
+		case c.lockSlots <- struct{}{}:
+			c.mu.Lock()
+		case <-ctx.Done():
+			c.mu.Lock()
+			return ctx.Err()
+		}
+		if err := c.begin(ctx); err != nil {
+			<-c.lockSlots
+			return err
+		}
+		if w.lock != 0 || w.waiting {
+			<-c.lockSlots
+			return fmt.Errorf("%w: the client holds or waits for the window's lock already", win.ErrEpoch)
+		}
+	}
+	defer func() { <-c.lockSlots }()
 	c.seq++
-	err := c.request(ctx, putLock(c.buf[sendOff:], msgLock, c.seq, w.id, code))
+	lw := &w.lw
+	select {
+	case <-lw.ch: // a wake-up left from an earlier request
+	default:
+	}
+	lw.seq, lw.done, lw.reply, lw.reason = c.seq, false, 0, 0
+	c.posted++
+	if err := c.qp.PostSend(c.posted, c.mr.Local(sendOff, putLock(c.buf[sendOff:], msgLock, c.seq, w.id, code)), verbs.SendSignaled); err != nil {
+		c.posted--
+		return err
+	}
+	c.waits = append(c.waits, lw)
+	w.waiting = true
+	err := c.waitLock(ctx, lw)
+	w.waiting = false
 	if err != nil {
+		c.forget(lw)
 		if ctx.Err() == nil || c.err != nil {
 			return err
 		}
 		// Withdraw the request (or give back the lock granted meanwhile):
 		// the server answers the withdrawal after any grant.
-		c.awaiting = 0
+		if err := c.begin(context.Background()); err != nil {
+			return err
+		}
 		wctx, cancel := context.WithTimeout(context.Background(), withdrawTimeout)
 		defer cancel()
 		c.seq++
@@ -461,17 +507,133 @@ func (w *Window) lockLocked(ctx context.Context, code byte, all bool) error {
 		}
 		return err
 	}
-	switch c.reply[0] {
+	switch lw.reply {
 	case msgOK:
 		w.lock, w.all = code, all
 		c.stats.locks.Add(1)
 		return nil
 	case msgErr:
+		c.replyLen, c.reply[headerLen] = errLen, lw.reason
 		return c.refused(0, 0)
 	}
-	c.fail(fmt.Errorf("%w: reply %#x to a lock", ErrProtocol, c.reply[0]))
+	c.fail(fmt.Errorf("%w: reply %#x to a lock", ErrProtocol, lw.reply))
 	return c.err
 }
+
+// lockWait is a lock request waiting for its reply.
+type lockWait struct {
+	seq    uint32
+	done   bool
+	reply  byte // msgOK or msgErr
+	reason byte
+	ch     chan struct{}
+	timer  *time.Timer
+}
+
+// maxLockWaits bounds a client's lock requests waiting at once; more
+// Lock calls wait for a place.
+const maxLockWaits = 4
+
+// answered takes a reply to a lock request waiting (a grant or a
+// refusal), reporting whether it was one; c.mu is held.
+func (c *Client) answered(seq uint32, msg []byte) bool {
+	for _, lw := range c.waits {
+		if lw.seq == seq && !lw.done {
+			lw.done, lw.reply = true, msg[0]
+			if len(msg) == errLen {
+				lw.reason = msg[headerLen]
+			}
+			c.forget(lw)
+			lw.ch <- struct{}{}
+			return true
+		}
+	}
+	return false
+}
+
+// forget takes lw out of c.waits; c.mu is held.
+func (c *Client) forget(lw *lockWait) {
+	for i, o := range c.waits {
+		if o == lw {
+			c.waits = append(c.waits[:i], c.waits[i+1:]...)
+			return
+		}
+	}
+}
+
+// waitLock waits for lw's reply. It polls the CQ for up to lockSpin
+// holding c.mu (an uncontended lock comes in one round trip); then it
+// lets the client's other calls go on (their polling delivers the reply)
+// and, between them, polls at growing intervals (up to lockPollMax) until
+// the reply, a failure or the end of ctx. c.mu is held on entry and on
+// return.
+func (c *Client) waitLock(ctx context.Context, lw *lockWait) error {
+	start := time.Now()
+	pause := time.Duration(0)
+	for {
+		if lw.done {
+			return nil
+		}
+		if c.err != nil {
+			return c.err
+		}
+		if c.closed {
+			return ErrClosed
+		}
+		if c.lost.Load() {
+			c.fail(errDisconnected)
+			return c.err
+		}
+		n, err := c.cq.Poll(c.wcs[:])
+		if err != nil {
+			c.fail(err)
+		}
+		for i := 0; i < n; i++ {
+			c.complete(&c.wcs[i])
+		}
+		if n > 0 {
+			continue
+		}
+		if pause == 0 {
+			if time.Since(start) < lockSpin {
+				runtime.Gosched()
+				continue
+			}
+			pause = 50 * time.Microsecond
+		}
+		if lw.timer == nil {
+			lw.timer = time.NewTimer(pause)
+		} else {
+			lw.timer.Reset(pause)
+		}
+		c.mu.Unlock()
+		select {
+		case <-lw.ch:
+		case <-lw.timer.C:
+		case <-ctx.Done():
+		}
+		if !lw.timer.Stop() {
+			select {
+			case <-lw.timer.C:
+			default:
+			}
+		}
+		c.mu.Lock()
+		if ctx.Err() != nil && !lw.done {
+			return ctx.Err()
+		}
+		pause = min(2*pause, lockPollMax)
+	}
+}
+
+// lockSpin is how long a Lock polls for its grant before it lets the
+// client's other calls go on.
+const lockSpin = 500 * time.Microsecond
+
+// lockPollMax is the longest pause between two polls of a Lock waiting
+// with no other call of its client going on: the delay a grant may take
+// to be seen.
+const lockPollMax = time.Millisecond
 
 // withdrawTimeout bounds the withdrawal of a lock request whose Lock was
 // cancelled; beyond it the client disconnects.
