@@ -100,7 +100,8 @@
 // There are no request-based forms (RPut, RGet, ...), no non-contiguous
 // datatypes, no byte-order probe of the NIC's atomics (the group windows'
 // atomics.Probe), no unexposing a window while clients use it, and one
-// call at a time per Client, a Lock that waits included (open several
-// Clients for parallelism). Listen needs a specific IP address, not
+// call at a time per Client (a Lock waiting for the server excepted: the
+// client's other calls go on meanwhile; open several Clients for
+// parallelism). Listen needs a specific IP address, not
 // 0.0.0.0.
 package service

@@ -17,7 +17,8 @@ import (
 
 // Window is a window a server exposes, as a client opened it. Its calls
 // are safe from many goroutines (the client carries them out one at a
-// time, a Lock that waits included) and return when the operation is
+// time, except that a Lock waiting for the server lets the others go on)
+// and return when the operation is
 // complete at the server. With a context whose Done is nil they do not
 // allocate.
 //
