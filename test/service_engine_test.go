@@ -538,3 +538,66 @@ func TestServiceLockHolderHostDeath(t *testing.T) {
 		t.Errorf("server lock recoveries %s, want 1", got)
 	}
 }
+
+// svcShards: one process dials two servers (shards) and uses both at
+// once: 4 goroutines share the two clients, each adding 1 to both
+// counters 250 times (a NIC fetch-and-add on one, an engine accumulate
+// of an int32 on the other).
+func svcShards(ctx context.Context, addrs []string) error {
+	var ws [2]*service.Window
+	for i, a := range addrs {
+		cl, err := service.Dial(ctx, a, svcConfig())
+		if err != nil {
+			return fmt.Errorf("dial shard %d: %w", i, err)
+		}
+		defer cl.Close()
+		if ws[i], err = cl.Open(ctx, "counter"); err != nil {
+			return err
+		}
+	}
+	const gs, per = 4, 250
+	errs := make(chan error, gs)
+	for g := 0; g < gs; g++ {
+		go func() {
+			one := datatype.AsBytes([]int32{1})
+			for k := 0; k < per; k++ {
+				if _, err := ws[0].FetchAndOp(ctx, 1, 0, op.Sum); err != nil {
+					errs <- fmt.Errorf("shard 0: %w", err)
+					return
+				}
+				if err := ws[1].Accumulate(ctx, one, datatype.Int32, 0, op.Sum); err != nil {
+					errs <- fmt.Errorf("shard 1: %w", err)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for g := 0; g < gs; g++ {
+		if err := <-errs; err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TestServiceShards: a client of two servers at once; each server's
+// counter ends at exactly 4 x 250.
+func TestServiceShards(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s := newSvcTest(t, ctx)
+	srv0, addr0 := s.server("shard0", 0)
+	srv1, addr1 := s.server("shard1", 0)
+	s.client("client", addr0, "shards", "RMA_SVC_ADDR2="+addr1).wait(t, false)
+	if err := os.WriteFile(filepath.Join(s.dir, "stop"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The counter word is an int64; shard 1's int32 accumulates land in its
+	// low half (little endian).
+	for i, srv := range []*cmProc{srv0, srv1} {
+		if got := value(t, srv.wait(t, false), "counter"); got != "1000" {
+			t.Errorf("shard %d: counter=%s, want 1000", i, got)
+		}
+	}
+}

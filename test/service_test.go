@@ -235,6 +235,8 @@ func svcClient(ctx context.Context, mode string) error {
 		return svcLockClient(ctx, addr, mode)
 	case "frozenholder":
 		return svcFrozenHolder(ctx, addr)
+	case "shards":
+		return svcShards(ctx, []string{addr, os.Getenv("RMA_SVC_ADDR2")})
 	}
 	return fmt.Errorf("unknown client mode %q", mode)
 }
