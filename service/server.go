@@ -161,6 +161,10 @@ func Listen(ctx context.Context, addr string, cfg ServerConfig) (s *Server, err 
 	// connection torn down leaves at most as many (flushed) behind, which
 	// the control loop drains at once.
 	s.sendN = 2*maxConnSends*cfg.MaxConns + 64
+	if attr.MaxCQE > 0 && s.sendN > attr.MaxCQE {
+		return nil, fmt.Errorf("%w: MaxConns %d needs a send CQ of %d entries, and device %s allows %d (at most %d connections)",
+			verbs.ErrInvalid, cfg.MaxConns, s.sendN, route.Device, attr.MaxCQE, (attr.MaxCQE-64)/(2*maxConnSends))
+	}
 	if s.scq, err = s.dev.CreateCQ(s.sendN, s.cc); err != nil {
 		return nil, err
 	}
