@@ -16,16 +16,23 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/onesided/rma/service"
 )
 
 // TestSequencer runs examples/sequencer as a service would be run: a
-// server handing out 60,000 ids, clients that come and go. Three clients
-// start; once 5,000 ids are out, one is SIGKILLed and two more start, one
-// of which holds the record's exclusive lock and is SIGKILLed there; the
-// others (which then wait for that lock) must go on until the ids run
-// out. The server's expvar page must show its counters during the run,
-// and its final check must pass with at most one unrecorded id per killed
-// client: every id recorded exactly once, the record consistent.
+// server handing out 4,096 ids, and clients that come and go. Clients 1
+// to 3 start (client 1 without a limit, 2 and 3 for 600 ids each); once
+// client 1 has taken 100 ids it is SIGKILLed. Client 5 starts and is
+// made to hold the record's exclusive lock; client 4 (600 ids) starts and
+// comes to wait for that lock; client 5 is SIGKILLed there, and the
+// server must free its lock. Clients 2 to 4 must end with exactly their
+// 600 ids; then clients 6 and 7 take the rest until the ids run out. The
+// server's and client 1's expvar pages must show their counters during
+// the run. The server's final check must pass with at most one hole per
+// killed client (every id recorded exactly once, no duplicate, the record
+// consistent), all 4,096 ids handed out, and each living client's slots
+// exactly the ids it says it took.
 func TestSequencer(t *testing.T) {
 	requireDevice(t)
 	dir := os.Getenv("RMA_EXAMPLES_DIR")
@@ -36,20 +43,18 @@ func TestSequencer(t *testing.T) {
 		t.Skip("RMA_EXAMPLES_DIR is not set; run through make integration")
 	}
 	bin := filepath.Join(dir, "sequencer")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	tmp := t.TempDir()
-	ip := cmIPv4(t)
-	env := append(os.Environ(), "RMA_SECRET="+secret())
-	type proc struct {
-		name string
-		cmd  *exec.Cmd
-		out  strings.Builder
-		done chan error
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("RMA_EXAMPLES_DIR=%s: %v", dir, err)
 	}
-	start := func(name string, args ...string) *proc {
-		p := &proc{name: name, done: make(chan error, 1)}
-		p.cmd = exec.CommandContext(ctx, bin, args...)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	began := time.Now()
+	tmp := t.TempDir()
+	env := append(os.Environ(), "RMA_SEQ_SECRET="+secret())
+	run := func(name string, args ...string) *cmProc {
+		t.Helper()
+		p := &cmProc{name: name, done: make(chan error, 1)}
+		p.cmd = exec.CommandContext(ctx, bin, append(args, "-secret-env", "RMA_SEQ_SECRET")...)
 		p.cmd.Env = env
 		p.cmd.Stdout = &p.out
 		p.cmd.Stderr = &p.out
@@ -60,130 +65,193 @@ func TestSequencer(t *testing.T) {
 		go func() { p.done <- p.cmd.Wait() }()
 		return p
 	}
-	// wait waits for p; it must have failed exactly when killed says so.
-	wait := func(p *proc, killed bool) string {
+	// running fails the test, with p's output, if p has ended.
+	running := func(p *cmProc) {
 		t.Helper()
-		err := <-p.done
-		out := p.out.String()
-		t.Logf("%s (%v):\n%s", p.name, err, out)
-		if killed {
-			if ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
-				t.Fatalf("%s: %v, want killed by SIGKILL", p.name, err)
-			}
-		} else if err != nil {
-			t.Fatalf("%s: %v", p.name, err)
-		}
-		return out
-	}
-	waitFile := func(name string, p *proc) string {
-		t.Helper()
-		for {
-			if b, err := os.ReadFile(name); err == nil {
-				return string(b)
-			}
-			select {
-			case err := <-p.done:
-				p.done <- err
-				wait(p, false)
-				t.Fatalf("%s ended before writing %s", p.name, name)
-			case <-ctx.Done():
-				t.Fatalf("no %s: %v", name, ctx.Err())
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
-	}
-
-	const ids, killed = 60000, 2
-	addrFile, stopFile := filepath.Join(tmp, "addr"), filepath.Join(tmp, "stop")
-	srv := start("server", "-serve", ip.String()+":0", "-ids", strconv.Itoa(ids), "-http", "127.0.0.1:0",
-		"-addr-file", addrFile, "-stop-file", stopFile, "-max-holes", strconv.Itoa(killed))
-	var addr, httpAddr string
-	for _, line := range strings.Split(waitFile(addrFile, srv), "\n") {
-		if v, ok := strings.CutPrefix(line, "addr="); ok {
-			addr = v
-		} else if v, ok := strings.CutPrefix(line, "http="); ok {
-			httpAddr = v
-		}
-	}
-	// vars reads the server's expvar page.
-	vars := func() (next int64, stats map[string]any) {
-		t.Helper()
-		resp, err := http.Get("http://" + httpAddr + "/debug/vars")
-		if err != nil {
-			t.Fatalf("expvar: %v", err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		var v struct {
-			Next    int64          `json:"sequencer_next_id"`
-			Service map[string]any `json:"rma_service"`
-		}
-		if err := json.Unmarshal(b, &v); err != nil || v.Service == nil {
-			t.Fatalf("expvar page without the service's counters (%v):\n%s", err, b)
-		}
-		return v.Next, v.Service
-	}
-	client := func(name string, tag int, args ...string) *proc {
-		return start(name, append([]string{"-dial", addr, "-tag", strconv.Itoa(tag)}, args...)...)
-	}
-	var live []*proc
-	for i := 1; i <= 3; i++ {
-		live = append(live, client(fmt.Sprintf("client %d", i), i))
-	}
-	for {
-		if next, _ := vars(); next >= 5000 {
-			break
-		}
 		select {
-		case <-ctx.Done():
-			t.Fatal("5,000 ids were not handed out in time")
-		case <-time.After(20 * time.Millisecond):
+		case err := <-p.done:
+			p.done <- err
+			p.wait(t, false)
+			t.Fatalf("%s ended before its time", p.name)
+		default:
 		}
 	}
-	if err := live[0].cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
+	kill := func(p *cmProc) {
+		t.Helper()
+		running(p)
+		if err := p.cmd.Process.Kill(); err != nil {
+			t.Fatalf("kill %s: %v", p.name, err)
+		}
+		p.wait(t, true)
+		if ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+			t.Fatalf("%s: %v, want killed by SIGKILL", p.name, p.cmd.ProcessState)
+		}
 	}
-	wait(live[0], true)
-	live = append(live[1:], client("client 4", 4))
-	holdFile := filepath.Join(tmp, "holding")
-	holder := client("client 5 (holds the lock)", 5, "-record-every", "1", "-hold", "1m", "-hold-file", holdFile)
-	waitFile(holdFile, holder)
-	next, stats := vars()
-	t.Logf("expvar while client 5 holds the lock: next id %d, rma_service %v", next, stats)
-	if c, _ := stats["Connects"].(float64); c < 4 {
-		t.Errorf("expvar: Connects=%v, want at least 4", stats["Connects"])
+	// poll waits until cond holds, checking every 20 ms for at most limit.
+	poll := func(what string, limit time.Duration, cond func() bool) {
+		t.Helper()
+		for end := time.Now().Add(limit); !cond(); {
+			if time.Now().After(end) || ctx.Err() != nil {
+				t.Fatalf("%s: not within %v", what, limit)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 	}
-	if w, _ := stats["Windows"].(map[string]any); w["seq"] == nil {
-		t.Errorf("expvar: no window seq in %v", stats["Windows"])
-	}
-	time.Sleep(200 * time.Millisecond) // the others now wait for the lock
-	if err := holder.cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	wait(holder, true)
-	taken := 0
-	for _, p := range live {
-		n, err := strconv.Atoi(strings.Fields(value(t, wait(p, false), "taken"))[0])
+	// vars decodes the expvar page of p at addr into v.
+	vars := func(p *cmProc, addr string, v any) {
+		t.Helper()
+		rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+		defer rcancel()
+		req, err := http.NewRequestWithContext(rctx, "GET", "http://"+addr+"/debug/vars", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		taken += n
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			running(p)
+			t.Fatalf("expvar of %s: %v", p.name, err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err == nil {
+			err = json.Unmarshal(b, v)
+		}
+		if err != nil {
+			t.Fatalf("expvar of %s: %v:\n%s", p.name, err, b)
+		}
 	}
-	if taken == 0 {
-		t.Fatal("the clients that lived took no ids")
+	type serverVars struct {
+		Next    int64                `json:"sequencer_next_id"`
+		Service *service.ServerStats `json:"rma_service"`
 	}
+	serverStats := func(p *cmProc, addr string) (int64, *service.ServerStats) {
+		t.Helper()
+		var v serverVars
+		vars(p, addr, &v)
+		if v.Service == nil {
+			t.Fatalf("expvar of %s: no rma_service: %+v", p.name, v)
+		}
+		if _, ok := v.Service.Windows["seq"]; !ok {
+			t.Fatalf("expvar of %s: no rma_service with window seq: %+v", p.name, v)
+		}
+		return v.Next, v.Service
+	}
+
+	const ids, killed, per = 4096, 2, 600
+	addrFile, stopFile := filepath.Join(tmp, "server.addr"), filepath.Join(tmp, "stop")
+	srv := run("server", "-serve", cmIPv4(t).String()+":0", "-ids", strconv.Itoa(ids), "-http", "127.0.0.1:0",
+		"-addr-file", addrFile, "-stop-file", stopFile, "-max-holes", strconv.Itoa(killed))
+	af := string(waitCMFile(ctx, t, addrFile, srv))
+	addr, srvHTTP := value(t, af, "addr"), value(t, af, "http")
+	client := func(tag int, args ...string) *cmProc {
+		return run(fmt.Sprintf("client %d", tag), append([]string{"-dial", addr, "-tag", strconv.Itoa(tag)}, args...)...)
+	}
+	limited := []string{"-n", strconv.Itoa(per), "-work", "1ms"}
+
+	// Clients 1 to 3; client 1 is killed once it has 100 ids.
+	c1File := filepath.Join(tmp, "client1.addr")
+	c1 := client(1, "-work", "1ms", "-http", "127.0.0.1:0", "-addr-file", c1File)
+	live := []*cmProc{client(2, limited...), client(3, limited...)}
+	c1HTTP := value(t, string(waitCMFile(ctx, t, c1File, c1)), "http")
+	var cv struct {
+		Client *service.ClientStats  `json:"rma_client"`
+		Seq    struct{ Taken int64 } `json:"sequencer"`
+	}
+	poll("client 1 to take 100 ids", 30*time.Second, func() bool {
+		vars(c1, c1HTTP, &cv)
+		return cv.Seq.Taken >= 100
+	})
+	t.Logf("client 1's expvar: sequencer %+v, rma_client %+v", cv.Seq, cv.Client)
+	if cv.Client == nil || cv.Client.NICAtomics < uint64(cv.Seq.Taken) {
+		t.Errorf("client 1's expvar: rma_client %+v, want at least %d NIC atomics (a fetch-and-add and a CAS per id)", cv.Client, cv.Seq.Taken)
+	}
+	kill(c1)
+
+	// Client 5 holds the exclusive lock; client 4 comes to wait for it.
+	holdFile := filepath.Join(tmp, "holding")
+	holder := client(5, "-record-every", "1", "-hold", "1m", "-hold-file", holdFile)
+	waitCMFile(ctx, t, holdFile, holder)
+	var next int64
+	var st *service.ServerStats
+	poll("the server's expvar to show clients 1, 2, 3 and 5", 30*time.Second, func() bool {
+		next, st = serverStats(srv, srvHTTP)
+		return st.Connects >= 4 && st.Windows["seq"].Opens >= 4
+	})
+	held := 0
+	for _, c := range st.Connections {
+		held += c.LocksHeld
+	}
+	t.Logf("server's expvar while client 5 holds the lock: next id %d, %+v", next, *st)
+	if held != 1 {
+		t.Errorf("server's expvar: %d locks held, want client 5's alone: %+v", held, st.Connections)
+	}
+	waits, recoveries := st.Windows["seq"].LockWaits, st.LockRecoveries
+	live = append(live, client(4, limited...))
+	poll("a client to wait for client 5's lock", 30*time.Second, func() bool {
+		_, st = serverStats(srv, srvHTTP)
+		return st.Windows["seq"].LockWaits > waits
+	})
+	kill(holder)
+	killedAt := time.Now()
+	poll("the server to free client 5's lock", 10*time.Second, func() bool {
+		_, st = serverStats(srv, srvHTTP)
+		return st.LockRecoveries > recoveries
+	})
+	t.Logf("the server freed the killed holder's lock within %v", time.Since(killedAt).Round(time.Millisecond))
+
+	// Clients 2 to 4 end with their ids; 6 and 7 take the rest.
+	taken := map[int]int{}
+	records := 0
+	result := func(tag int, p *cmProc) {
+		t.Helper()
+		r := svcStats(t, "taken="+value(t, p.wait(t, false), "taken"))
+		taken[tag] = r["taken"]
+		records += r["records"]
+	}
+	for i, p := range live {
+		result(i+2, p)
+		if taken[i+2] != per {
+			t.Errorf("%s took %d ids, want %d", p.name, taken[i+2], per)
+		}
+	}
+	drainers := []*cmProc{client(6), client(7)}
+	for i, p := range drainers {
+		result(i+6, p)
+	}
+
 	if err := os.WriteFile(stopFile, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out := wait(srv, false)
+	out := srv.wait(t, false)
 	if !strings.Contains(out, "sequencer: every id handed out exactly once") {
 		t.Fatalf("the server's check did not pass:\n%s", out)
 	}
-	if got := value(t, out, "ids"); !strings.HasPrefix(got, strconv.Itoa(ids)+" ") {
-		t.Errorf("ids=%s, want %d handed out", got, ids)
+	sum := svcStats(t, "ids="+value(t, out, "ids"))
+	if sum["ids"] != ids || sum["duplicates"] != 0 || sum["stray"] != 0 || sum["holes"] > killed ||
+		sum["connects"] != 7 || sum["lock_recoveries"] < 1 || sum["record_updates"] < records {
+		t.Errorf("server: %v; want ids=%d, no duplicates or stray slots, at most %d holes, 7 connects, a lock recovery, at least the %d record updates of the clients that lived",
+			sum, ids, killed, records)
 	}
-	if r := out[strings.Index(out, "lock_recoveries="):]; strings.HasPrefix(r, "lock_recoveries=0") {
-		t.Errorf("the server recovered no lock, want the killed holder's: %s", r)
+	slots := map[int]int{}
+	total := sum["holes"]
+	for _, f := range strings.Split(value(t, out, "slots_by_tag"), ",") {
+		tag, n, _ := strings.Cut(f, ":")
+		tg, err1 := strconv.Atoi(tag)
+		c, err2 := strconv.Atoi(n)
+		if err1 != nil || err2 != nil || tg < 1 || tg > 7 {
+			t.Fatalf("slots_by_tag: bad entry %q", f)
+		}
+		slots[tg] = c
+		total += c
 	}
-	fmt.Printf("sequencer: %s (the live clients took %d)\n", strings.TrimSpace(out[strings.Index(out, "ids="):strings.Index(out, "sequencer: every")]), taken)
+	for tag, n := range taken {
+		if slots[tag] != n {
+			t.Errorf("client %d took %d ids, and %d slots hold its tag", tag, n, slots[tag])
+		}
+	}
+	if slots[5] != 1 || slots[1] < 100 || total != ids {
+		t.Errorf("slots by tag %v with %d holes: want 1 for client 5, at least 100 for client 1, %d in all", slots, sum["holes"], ids)
+	}
+	fmt.Printf("sequencer: %s; slots by tag %v; %v\n", strings.TrimSpace(out[strings.Index(out, "ids="):strings.Index(out, "\n"+"slots_by_tag")]),
+		slots, time.Since(began).Round(time.Millisecond))
 }
