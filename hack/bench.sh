@@ -3,11 +3,19 @@
 # and bench-results.json:
 #  1. one host: in one boot of the test VM (or on the host's own RDMA
 #     device), perftest and rmabench on the same device with the same
-#     iterations (rmabench -compare, which forks its rank 0);
+#     iterations (rmabench -compare, which forks its rank 0); with it, package
+#     service against a server process of its own on the IPv4 address of
+#     the device's netdev (rmabench -service, on by default there): rows
+#     service/fetch_and_op/lat and service/compare_and_swap/lat (one client,
+#     against ib_atomic_lat FETCH_AND_ADD and CMP_AND_SWAP, target <= 1.2x),
+#     service/fetch_and_op/rate/1conn, 4conn, 16conn (FetchAndOp message
+#     rate with 1, 4, 16 clients, beside ib_atomic_bw's) and
+#     service/connect_first_op (Dial to first FetchAndOp, median of 20;
+#     no perftest counterpart);
 #  2. two hosts: in one boot of the test VM's two hosts (rxevm -hosts 2,
 #     each guest with its own rxe0, joined by a UDP wire), perftest's server
 #     and rmabench's rank 0 on host0 (10.77.0.1), perftest's client and
-#     rank 1 on host1; rows named .../2host.
+#     rank 1 on host1; rows named .../2host (no service rows).
 #
 #   RXEVM=.cache/bin/rxevm BIN=.cache/bin hack/bench.sh
 #

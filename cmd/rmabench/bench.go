@@ -62,6 +62,7 @@ type bench struct {
 	out   io.Writer // the tables
 	prog  *progress
 	clock *clock
+	svc   *svcBench // -compare -service: package service's server
 
 	results []result
 	header  string // the table whose header was printed last

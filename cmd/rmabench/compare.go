@@ -81,6 +81,7 @@ type target struct {
 	// half a round trip, so one SEND round trip is 2 x its t_typical.
 	scale float64
 	max   float64 // 0: informational, no target
+	conns int     // package service's rate rows: the client connections
 }
 
 // Rows compared with one SEND round trip, the least an operation that goes
@@ -237,8 +238,22 @@ func (b *bench) compare(ctx context.Context) error {
 	fmt.Fprintf(os.Stderr, "rmabench: comparing with perftest on %s port %d GID index %d, MTU %d; %d latency, %d message-rate, %d bandwidth iterations; %d round(s)\n",
 		dev, port, gid, b.g.Path().MTU.Bytes(), b.c.iters, b.c.itersBW, b.bwIters(1<<20), b.c.rounds)
 	rounds := make([]round, b.c.rounds)
-	all := append(append([]target{}, targets...), extras...)
+	all, ntargets := compareTargets(b.c.service)
 	b.prog.cases = len(hostOrder)*b.c.rounds + 1
+	if b.c.service {
+		b.prog.cases += b.c.rounds // connect-to-first-op ends each round
+		b.svc = startService(ctx, dev, b.c.serviceIP)
+		if b.svc.err != nil {
+			fmt.Fprintf(os.Stderr, "rmabench: %v\n", b.svc.err)
+		} else {
+			fmt.Fprintf(os.Stderr, "rmabench: service server on %s\n", b.svc.addr)
+		}
+		defer func() {
+			if serr := b.svc.stop(); serr != nil {
+				fmt.Fprintf(os.Stderr, "rmabench: %v\n", serr)
+			}
+		}()
+	}
 	st := &steps{on: !b.c.progress, began: time.Now(), of: b.prog.cases}
 	st.next(ptWarmup.String() + " (warm-up)")
 	b.prog.start(ptWarmup.String()+" (warm-up)", 1)
@@ -269,15 +284,32 @@ func (b *bench) compare(ctx context.Context) error {
 				return err
 			}
 		}
+		if b.c.service {
+			// The rows compared with no perftest test.
+			st.next(fmt.Sprintf("round %d: service connect to first op", ri+1))
+			b.prog.start("service connect to first op", 1)
+			if err := b.measure(ctx, all, ptest{}, svcDials, rd); err != nil {
+				return err
+			}
+		}
 	}
 	b.prog.stop()
 
-	rows := buildRows(all, len(targets), rounds, 1)
+	rows := buildRows(all, ntargets, rounds, 1)
 	var note strings.Builder
 	fmt.Fprintf(&note, " latency: typical (median) of %d; rate: %d FetchAndOp with %d in flight; bandwidth: MB = 2^20 bytes.\n",
 		b.c.iters, b.c.itersBW, b.c.inflight)
 	if b.c.rounds > 1 {
 		fmt.Fprintf(&note, " ours and perftest: medians of %d rounds, each perftest test followed at once by the cases compared with it.\n", b.c.rounds)
+	}
+	if b.c.service {
+		where := b.svc.addr
+		if b.svc.err != nil {
+			where = "(none: it did not start)"
+		}
+		fmt.Fprintf(&note, " service/: one client per connection to a server process on %s; lat: one client, one call at a time;"+
+			" rate: %d FetchAndOp(SUM) shared by %s clients, one goroutine each; connect_first_op: typical of %d Dial+Open+first FetchAndOp, each client closed after.\n",
+			where, b.c.itersBW, joinInts(svcConns), svcDials)
 	}
 	fmt.Fprintf(&note, " took %.0f s.\n", time.Since(st.began).Seconds())
 	b.prog.print(b.out, comparisonTable(rows)+note.String())
@@ -293,8 +325,9 @@ func (b *bench) compare(ctx context.Context) error {
 }
 
 // measure runs, once per round, each case of ours that a target of ts
-// compares with perftest test pt, for at most caseLimit each, and keeps its
-// result in rd, or its error: it fails only when ctx ends.
+// compares with perftest test pt (the zero ptest: the targets compared
+// with no perftest test), for at most caseLimit each, and keeps its result
+// in rd, or its error: it fails only when ctx ends.
 func (b *bench) measure(ctx context.Context, ts []target, pt ptest, iters int, rd *round) error {
 	for _, t := range ts {
 		k := ourKey{t.kase, t.mode()}
@@ -308,15 +341,18 @@ func (b *bench) measure(ctx context.Context, ts []target, pt ptest, iters int, r
 				kc = &c
 			}
 		}
-		if kc == nil {
+		if kc == nil && t.op != opService {
 			return fmt.Errorf("no case %s", t.kase)
 		}
 		var r result
 		var err error
 		cctx, cancel := context.WithTimeout(ctx, caseLimit)
-		if k.mode == "latency" {
+		switch {
+		case t.op == opService:
+			r, err = b.svc.measure(cctx, b, t, iters)
+		case k.mode == "latency":
 			r, err = b.latency(cctx, *kc, iters)
-		} else {
+		default:
 			r, err = b.bandwidth(cctx, *kc, iters, b.c.inflight)
 		}
 		cancel()

@@ -16,6 +16,7 @@
 //	RMA_RANK=0|1 RMA_SIZE=2 RMA_ADDR=HOST0:PORT RMA_SECRET=... rmabench -compare [flags]
 //	                                 compare across two hosts: one rank on each
 //	rmabench -merge [-json FILE] FILE...  one table of the rows of several -compare runs
+//	rmabench -service-server -addr IP:PORT  the service server of -compare (RMA_SECRET set)
 //
 // The cases (-t) are put, get, fetch_and_op (SUM on int64 through the NIC's
 // fetch-and-add, MAX on float64 through the target's engine),
@@ -44,6 +45,23 @@
 // SEND round trip, 2 x ib_send_lat's t_typical (perftest reports half a
 // round trip). An untimed ib_write_lat runs first, as a warm-up.
 //
+// On one host, -compare also measures package service (-service, on by
+// default; -service=false leaves it out): a server process of its own
+// (rmabench -service-server, run again from this binary) listens on the
+// IPv4 address of the device's network interface (-service-addr) and
+// exposes one window; the clients are in the driving process, each with
+// its own connection (service.Dial). Its rows: service/fetch_and_op/lat
+// (FetchAndOp SUM on int64) and service/compare_and_swap/lat, one client,
+// one call at a time, against ib_atomic_lat FETCH_AND_ADD and
+// CMP_AND_SWAP of the same round (target: at most 1.2 x);
+// service/fetch_and_op/rate/1conn, 4conn and 16conn, the message rate of
+// -nbw FetchAndOp(SUM) calls shared by 1, 4 or 16 clients, one goroutine
+// each, beside ib_atomic_bw's (informational); and
+// service/connect_first_op, from the start of service.Dial through Open
+// to the return of the first FetchAndOp, typical (median) of 20
+// connections made one after the other, each closed after (no perftest
+// counterpart).
+//
 // Run as one rank of a group of 2 (RMA_RANK, RMA_SIZE=2, RMA_ADDR of rank 0,
 // RMA_SECRET), -compare compares across two hosts: rank 0 runs perftest's
 // servers and serves its window, rank 1 runs perftest's clients against
@@ -65,6 +83,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -111,6 +130,8 @@ type config struct {
 	perftestHost    string
 	perftestHostSet bool   // -perftest-host was given
 	control         string // across hosts: rank 0's control address
+	service         bool   // with -compare on one host: package service's rows too
+	serviceIP       netip.Addr
 }
 
 var allOps = []string{"put", "get", "fetch_and_op", "compare_and_swap", "accumulate", "get_accumulate"}
@@ -130,6 +151,8 @@ func usage() {
                                  compare across two hosts, one rank on each (rank 0 on HOST0)
   rmabench -merge [-json FILE] FILE...
                                  one table of the JSON rows of -compare runs
+  rmabench -service-server -addr IP:PORT
+                                 the service server of -compare (RMA_SECRET set)
 
 flags:
 `)
@@ -169,6 +192,9 @@ func run() int {
 	flag.IntVar(&c.rounds, "rounds", 1, "with -compare: run everything this many times and compare the medians")
 	flag.StringVar(&c.perftestHost, "perftest-host", "127.0.0.1", "with -compare: the address perftest's client connects to its server by (across hosts: RMA_ADDR's host)")
 	flag.StringVar(&c.control, "control", "", "with -compare across hosts: rank 0's `host:port` for rank 1's control connection (default: RMA_ADDR's port plus one)")
+	flag.BoolVar(&c.service, "service", true, "with -compare on one host: also measure package service (FetchAndOp and CompareAndSwap latency, FetchAndOp rate with 1, 4 and 16 clients, Dial to first FetchAndOp) against a server process of its own")
+	svcAddr := flag.String("service-addr", "", "with -compare -service: the IP `address` the service server listens on (default: the IPv4 address of the device's network interface)")
+	svcServer := flag.Bool("service-server", false, "be the server of -compare -service, listening on -addr (an IP address; RMA_SECRET set): prints \"ready PORT\", serves until stdin ends")
 	merge := flag.Bool("merge", false, "print the rows of the -compare JSON files given as arguments as one table (and with -json, write them all there)")
 	flag.Usage = usage
 	flag.Parse()
@@ -221,6 +247,16 @@ func run() int {
 	case "off", "false", "0":
 	default:
 		return fail("-progress must be auto, on or off")
+	}
+	if *svcAddr != "" {
+		if c.serviceIP, err = netip.ParseAddr(*svcAddr); err != nil || c.serviceIP.IsUnspecified() {
+			return fail("-service-addr %s: not a specific IP address", *svcAddr)
+		}
+	}
+	if *svcServer {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		return serveService(ctx, addr)
 	}
 	if *merge {
 		if flag.NArg() == 0 {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"os"
@@ -354,5 +355,136 @@ func TestControlHandshake(t *testing.T) {
 	}
 	if err := cc.send("two\nlines"); err == nil {
 		t.Error("a line break was sent")
+	}
+}
+
+// TestServiceRows checks the rows of package service in a one-host
+// comparison: their names, what they are compared with, which have a
+// target, and their JSON.
+func TestServiceRows(t *testing.T) {
+	all, n := compareTargets(true)
+	plain, np := compareTargets(false)
+	if np != len(targets) || len(plain) != len(targets)+len(extras) {
+		t.Errorf("without service: %d rows, %d with a target", len(plain), np)
+	}
+	for _, tg := range plain {
+		if strings.HasPrefix(tg.name, "service/") || tg.op == opService {
+			t.Errorf("without service: row %s", tg.name)
+		}
+	}
+	if n != len(targets)+2 {
+		t.Errorf("with service: %d rows with a target, want %d", n, len(targets)+2)
+	}
+	want := map[string]struct {
+		metric, test string
+		max          float64
+		conns        int
+		target       bool
+	}{
+		"service/fetch_and_op/lat":         {metricLatency, "ib_atomic_lat -A FETCH_AND_ADD", 1.2, 0, true},
+		"service/compare_and_swap/lat":     {metricLatency, "ib_atomic_lat -A CMP_AND_SWAP", 1.2, 0, true},
+		"service/fetch_and_op/rate/1conn":  {metricRate, "ib_atomic_bw -A FETCH_AND_ADD", 0, 1, false},
+		"service/fetch_and_op/rate/4conn":  {metricRate, "ib_atomic_bw -A FETCH_AND_ADD", 0, 4, false},
+		"service/fetch_and_op/rate/16conn": {metricRate, "ib_atomic_bw -A FETCH_AND_ADD", 0, 16, false},
+		"service/connect_first_op":         {metricLatency, "", 0, 0, false},
+	}
+	seen := map[string]bool{}
+	keys := map[ourKey]string{}
+	for i, tg := range all {
+		k := ourKey{tg.kase, tg.mode()}
+		if other, dup := keys[k]; dup && (tg.op == opService) != strings.HasPrefix(other, "service/") {
+			t.Errorf("rows %s and %s share the case %v", tg.name, other, k)
+		}
+		keys[k] = tg.name
+		w, ok := want[tg.name]
+		if !ok {
+			if tg.op == opService {
+				t.Errorf("unexpected service row %s", tg.name)
+			}
+			continue
+		}
+		seen[tg.name] = true
+		if tg.op != opService || tg.metric != w.metric || tg.testName() != w.test || tg.max != w.max || tg.conns != w.conns || (i < n) != w.target {
+			t.Errorf("row %s: %+v (index %d of %d with a target), want %+v", tg.name, tg, i, n, w)
+		}
+	}
+	for name := range want {
+		if !seen[name] {
+			t.Errorf("no row %s", name)
+		}
+	}
+	if got := joinInts(svcConns); got != "1, 4 or 16" {
+		t.Errorf("joinInts = %q", got)
+	}
+
+	// Two rounds: the service's FetchAndOp latency 15 and 13 us against
+	// ib_atomic_lat's 12 and 11 (ratio 13/11 = 1.18: met), CompareAndSwap
+	// 15 against 12 (1.25: not met), the rates against ib_atomic_bw, and
+	// the connect time with no perftest figure.
+	var rounds []round
+	for _, v := range []struct{ fa, cs, ptfa, ptcs, rate, ptrate, conn float64 }{{15, 15, 12, 12, 0.02, 0.1, 90000}, {13, 15, 11, 12, 0.03, 0.12, 80000}} {
+		rd := newRound()
+		rd.ours[ourKey{svcFetchAndOp, "latency"}] = result{TypicalUS: v.fa, Iterations: 300}
+		rd.ours[ourKey{svcCompareAndSwap, "latency"}] = result{TypicalUS: v.cs, Iterations: 300}
+		for _, c := range svcConns {
+			rd.ours[ourKey{svcRateKase(c), "bandwidth"}] = result{RateMops: v.rate * float64(c), Iterations: 2000, InFlight: c}
+		}
+		rd.ours[ourKey{svcConnect, "latency"}] = result{TypicalUS: v.conn, Iterations: svcDials}
+		rd.pts[ptFetchAdd.String()] = ptResult{"t_typical[usec]": v.ptfa}
+		rd.pts[ptCmpSwap.String()] = ptResult{"t_typical[usec]": v.ptcs}
+		rd.pts[ptAtomicBW.String()] = ptResult{"MsgRate[Mpps]": v.ptrate}
+		rounds = append(rounds, rd)
+	}
+	svc := append(append([]target{}, svcTargets...), svcExtras()...)
+	rows := buildRows(svc, len(svcTargets), rounds, 1)
+	byName := map[string]row{}
+	for _, r := range rows {
+		byName[r.Name] = r
+	}
+	fa, cs := byName["service/fetch_and_op/lat"], byName["service/compare_and_swap/lat"]
+	if fa.Ours != 13 || fa.Perftest != 11 || fa.Met == nil || !*fa.Met || fa.Target != 1.2 || fa.Iterations != 300 {
+		t.Errorf("fetch_and_op/lat: %+v", fa)
+	}
+	if cs.Ours != 15 || cs.Perftest != 12 || cs.Ratio != 1.25 || cs.Met == nil || *cs.Met {
+		t.Errorf("compare_and_swap/lat: %+v", cs)
+	}
+	r16 := byName["service/fetch_and_op/rate/16conn"]
+	if r16.Ours != 0.02*16 || r16.Perftest != 0.1 || r16.Met != nil || r16.Target != 0 || r16.OursDetail == nil || r16.OursDetail.InFlight != 16 {
+		t.Errorf("rate/16conn: %+v", r16)
+	}
+	conn := byName["service/connect_first_op"]
+	if conn.Ours != 80000 || conn.Perftest != 0 || conn.Ratio != 0 || conn.Met != nil || conn.Iterations != svcDials || conn.Error != "" {
+		t.Errorf("connect_first_op: %+v", conn)
+	}
+	data, err := json.Marshal(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{`"target"`, `"met"`} {
+		if strings.Contains(string(data), bad) {
+			t.Errorf("connect_first_op's JSON has %s: %s", bad, data)
+		}
+	}
+	for _, good := range []string{`"name":"service/connect_first_op"`, `"hosts":1`, `"metric":"latency_us"`, `"ours":80000`, `"perftest":0`} {
+		if !strings.Contains(string(data), good) {
+			t.Errorf("connect_first_op's JSON lacks %s: %s", good, data)
+		}
+	}
+	table := comparisonTable(rows)
+	if !strings.Contains(table, "1 of 2 targets met") || !strings.Contains(table, "service/fetch_and_op/rate/4conn") {
+		t.Errorf("table:\n%s", table)
+	}
+}
+
+func TestFirstErr(t *testing.T) {
+	a, b := errors.New("a"), errors.New("b")
+	if err := firstErr([]error{nil, nil}); err != nil {
+		t.Errorf("no errors: %v", err)
+	}
+	if err := firstErr([]error{nil, a}); err != a {
+		t.Errorf("one error: %v", err)
+	}
+	if err := firstErr([]error{nil, a, nil, b, b}); !errors.Is(err, a) || err.Error() != "a (and 2 more)" {
+		t.Errorf("three errors: %v", err)
 	}
 }
