@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/onesided/rma/atomics"
 	"github.com/onesided/rma/verbs"
@@ -253,9 +254,13 @@ func (c *Client) Open(ctx context.Context, name string) (*Window, error) {
 		if r.size > uint64(int(^uint(0)>>1)) {
 			return nil, fmt.Errorf("%w: window of %d bytes", ErrProtocol, r.size)
 		}
+		// The lock wait's timer is made here, stopped, so that a Lock
+		// that waits allocates nothing.
+		t := time.NewTimer(time.Hour)
+		t.Stop()
 		return &Window{c: c, addr: r.addr, rkey: r.rkey, id: r.id, size: int(r.size),
 			policy: atomics.DefaultPolicy(c.atomics && r.flags&flagAtomics != 0),
-			lw:     lockWait{ch: make(chan struct{}, 1)}}, nil
+			lw:     lockWait{ch: make(chan struct{}, 1), timer: t}}, nil
 	case msgOpenErr:
 		if c.replyLen == openErrLen && c.reply[headerLen] == openUnknown {
 			return nil, fmt.Errorf("%w: %q", ErrUnknownWindow, name)

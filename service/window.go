@@ -528,7 +528,7 @@ type lockWait struct {
 	reply  byte // msgOK or msgErr
 	reason byte
 	ch     chan struct{}
-	timer  *time.Timer
+	timer  *time.Timer // made stopped with the window
 }
 
 // maxLockWaits bounds a client's lock requests waiting at once; more
@@ -602,11 +602,7 @@ func (c *Client) waitLock(ctx context.Context, lw *lockWait) error {
 			}
 			pause = 50 * time.Microsecond
 		}
-		if lw.timer == nil {
-			lw.timer = time.NewTimer(pause)
-		} else {
-			lw.timer.Reset(pause)
-		}
+		lw.timer.Reset(pause)
 		c.mu.Unlock()
 		select {
 		case <-lw.ch:

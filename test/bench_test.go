@@ -255,7 +255,7 @@ func printSites(name string, before, after map[allocStack]int64, calls int) {
 				file := fr.File[strings.LastIndex(fr.File, "/")+1:]
 				parts = append(parts, fmt.Sprintf("%s (%s:%d)", fn[strings.LastIndex(fn, "/")+1:], file, fr.Line))
 			}
-			if !more || len(parts) == 5 {
+			if !more || len(parts) == 12 {
 				break
 			}
 		}

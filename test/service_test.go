@@ -399,6 +399,9 @@ func svcRound(ctx context.Context, addr string, i int, checkAllocs bool) (err er
 		small := make([]byte, 8)
 		var ferr error
 		f64 := make([]byte, 16)
+		// Record every allocation, to say where the ones that happen come from.
+		runtime.MemProfileRate = 1
+		before := allocProfile()
 		allocs := testing.AllocsPerRun(50, func() {
 			_, e1 := alpha.FetchAndOp(bg, 1, 8, op.Sum)
 			_, e2 := alpha.FetchAndOp(bg, 5, 8, op.Max)
@@ -415,6 +418,7 @@ func svcRound(ctx context.Context, addr string, i int, checkAllocs bool) (err er
 		})
 		fmt.Printf("allocs per FetchAndOp(SUM)+FetchAndOp(MAX)+CompareAndSwap+Put+Get+Lock+Accumulate+GetAccumulate+Unlock: %v\n", allocs)
 		if ferr != nil || allocs != 0 {
+			printSites("service_hot_path", before, allocProfile(), 51)
 			return fmt.Errorf("hot path: %v allocations per run (%v), want 0", allocs, ferr)
 		}
 	}
