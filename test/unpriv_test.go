@@ -37,10 +37,11 @@ const (
 	// options, as README's "Permissions, containers and Kubernetes" counts
 	// it for N ranks and 4 KiB pages: the scratch area (256 slots of 256
 	// bytes and two 32-entry completion arrays, rounded up to a page: 68
-	// KiB) with 32 staging chunks of 64 KiB, (4N+2) x 8 active-message
-	// buffers of 64 KiB, the fabric's probe word (a page) and the page of
-	// group.Join's atomics probe: 3223552 + 2097152 N bytes.
-	unprivNeed = 69632 + 32*65536 + (4*unprivRanks+2)*8*65536 + 4096 + 4096
+	// KiB) with 32 staging chunks of 64 KiB, the active-message buffers of
+	// 64 KiB (receive buffers shared by every peer: min(64, 16(N+1)); request
+	// buffers: 8 min(N, 2); reply buffers: 8), the fabric's probe word (a
+	// page) and the page of group.Join's atomics probe.
+	unprivNeed = 69632 + 32*65536 + (min(64, 16*(unprivRanks+1))+8*min(unprivRanks, 2)+8)*65536 + 4096 + 4096
 	// unprivBigWindow is a window beyond what the working case leaves free.
 	unprivBigWindow = 4 << 20
 	// unprivFaddIters FetchAndOps per rank.
@@ -199,7 +200,7 @@ func TestUnpriv(t *testing.T) {
 			check("errno", "<nil>") // refused up front, before anything was pinned
 			msg := value(t, out, "error")
 			for _, w := range []string{
-				fmt.Sprintf("group: rank %d: verbs: locked memory: joining a %d-rank group pins 7.07 MiB (%d bytes), but RLIMIT_MEMLOCK is 64 KiB (65536 bytes); fix: ",
+				fmt.Sprintf("group: rank %d: verbs: locked memory: joining a %d-rank group pins 6.57 MiB (%d bytes), but RLIMIT_MEMLOCK is 64 KiB (65536 bytes); fix: ",
 					r, unprivRanks, unprivNeed),
 				fmt.Sprintf("at least %d KiB", unprivNeed/1024), "`ulimit -l unlimited`",
 				"its hard limit is 64 KiB (65536 bytes)", "/etc/security/limits.conf",

@@ -40,7 +40,6 @@ import (
 // conn is one generation of the RC connection to a rank.
 type conn struct {
 	rank      int
-	id        uint32 // unique in the fabric: tags the receives posted on it
 	gen       uint32 // agreed with the peer: 0 at start, one more per re-establishment
 	qp        *verbs.QP
 	resp      *verbs.QP      // own rank only: the loopback pair's responder half
@@ -55,7 +54,7 @@ type conn struct {
 }
 
 func (f *Fabric) newConn(rank int, gen uint32) (c *conn, err error) {
-	c = &conn{rank: rank, id: f.connIDs.Add(1), gen: gen}
+	c = &conn{rank: rank, gen: gen}
 	if c.qp, err = f.pd.CreateQP(f.qpc); err != nil {
 		return nil, err
 	}
@@ -67,6 +66,7 @@ func (f *Fabric) newConn(rank int, gen uint32) (c *conn, err error) {
 		}
 		c.respLocal = f.endpoint(c.resp)
 	}
+	f.register(c)
 	return c, nil
 }
 
@@ -492,9 +492,8 @@ func (f *Fabric) begin(rank int, gen uint32) {
 			f.lose(rank, fmt.Errorf("reconnecting the loopback pair: %w", err))
 			return
 		}
-		if f.receiving(rank, c) {
-			f.up(rank)
-		}
+		c.connected = true
+		f.up(rank)
 		return
 	}
 	var msg [sigHeader + verbs.EndpointSize]byte
@@ -570,20 +569,6 @@ func (f *Fabric) onSignal(rank int, msg []byte) {
 	}
 }
 
-// receiving marks the connected c as such and posts its receive buffers;
-// if that fails, rank is lost and receiving reports false.
-func (f *Fabric) receiving(rank int, c *conn) bool {
-	c.connected = true
-	f.m.recvMu.Lock()
-	err := f.postReceives(rank, c)
-	f.m.recvMu.Unlock()
-	if err != nil {
-		f.lose(rank, fmt.Errorf("posting receives: %w", err))
-		return false
-	}
-	return true
-}
-
 // connectNext connects the new connection to the peer's endpoint, posts
 // its receives and tells the peer it is ready.
 func (f *Fabric) connectNext(rank int) {
@@ -593,9 +578,7 @@ func (f *Fabric) connectNext(rank int) {
 		f.lose(rank, fmt.Errorf("connecting its new queue pair: %w", err))
 		return
 	}
-	if !f.receiving(rank, c) {
-		return
-	}
+	c.connected = true
 	var msg [sigHeader]byte
 	msg[0] = sigReady
 	binary.LittleEndian.PutUint32(msg[1:], c.gen)
@@ -666,6 +649,7 @@ func (f *Fabric) reap(rank int) bool {
 			kept = append(kept, c)
 			continue
 		}
+		f.unregister(c)
 		p.qmu.Lock()
 		c.close()
 		p.qmu.Unlock()

@@ -57,6 +57,10 @@ type Options struct {
 	ReplySpin  time.Duration
 	Credits    int // active messages in flight per peer; 0 = 8
 	MsgSize    int // active-message buffer size; 0 = 64 KiB
+	// RecvBuffers is how many active-message receive buffers the shared
+	// receive queue holds, for every rank at once; 0 = 8 x Credits (or
+	// fewer in a group too small to fill them: see MsgMemory).
+	RecvBuffers int
 	// PeerTimeout bounds how long a peer may stay silent before calls to it
 	// fail with ErrPeerLost; 0 = DefaultPeerTimeout. It sets the transport's
 	// ACK timeout and retry count, how long a caller waits for an active
@@ -81,8 +85,7 @@ type Fabric struct {
 	PortAttr verbs.PortAttr
 	GID      verbs.GIDEntry
 
-	peers   []peer
-	connIDs atomic.Uint32 // the last conn.id handed out
+	peers []peer
 
 	mem       []byte // scratch: 8 bytes per slot, then the staging chunks
 	mr        *verbs.MR
@@ -146,9 +149,8 @@ const DefaultPeerTimeout = time.Second
 // it fails with "transport retry counter exceeded" (ErrPeerLost).
 const transportRetries = 6
 
-// New opens the device, creates the resources and connects an RC QP to every
-// rank through ex. It is collective: every rank must call it.
-func New(ctx context.Context, rank, size int, ex Exchanger, o Options) (f *Fabric, err error) {
+// defaults fills in the options left zero.
+func (o *Options) defaults() {
 	if o.Port == 0 {
 		o.Port = 1
 	}
@@ -179,6 +181,12 @@ func New(ctx context.Context, rank, size int, ex Exchanger, o Options) (f *Fabri
 	if o.PeerTimeout <= 0 {
 		o.PeerTimeout = DefaultPeerTimeout
 	}
+}
+
+// New opens the device, creates the resources and connects an RC QP to every
+// rank through ex. It is collective: every rank must call it.
+func New(ctx context.Context, rank, size int, ex Exchanger, o Options) (f *Fabric, err error) {
+	o.defaults()
 	// The transport gives up after (retries+1) ACK timeouts of 4.096us*2^t.
 	timeout := 1
 	for timeout < 31 && (transportRetries+1)*4096*time.Nanosecond<<timeout < o.PeerTimeout {
@@ -191,7 +199,7 @@ func New(ctx context.Context, rank, size int, ex Exchanger, o Options) (f *Fabri
 	// the caller gets a *verbs.LimitError naming the fix.
 	scratch := (o.Slots*slotScratch+2*32*int(unsafe.Sizeof(verbs.WC{}))+4095)&^4095 + o.Chunks*o.ChunkSize
 	if err := verbs.CheckAccess(o.Device, fmt.Sprintf("joining a %d-rank group", size),
-		scratch, (4*size+2)*o.Credits*o.MsgSize, 8, 4096); err != nil {
+		scratch, MsgMemory(size, o), 8, 4096); err != nil {
 		return nil, err
 	}
 	fab := &Fabric{rank: rank, size: size, spin: o.Spin, engineSpin: o.EngineSpin, replySpin: o.ReplySpin,
@@ -266,6 +274,7 @@ func New(ctx context.Context, rank, size int, ex Exchanger, o Options) (f *Fabri
 	for i := range f.slots {
 		f.slots[i].wake = make(chan struct{}, 1)
 		f.slots[i].chunk = -1
+		f.slots[i].reply = -1
 		f.freeList = append(f.freeList, uint32(i))
 		f.nfree.Add(1)
 	}
@@ -278,10 +287,10 @@ func New(ctx context.Context, rank, size int, ex Exchanger, o Options) (f *Fabri
 	f.reads.f, f.reads.maxSlots, f.reads.maxChunks = f, max(1, o.Slots/2), max(1, o.Chunks/2)
 
 	// One QP per rank; for itself, a loopback pair (A posts, B responds).
-	if err = f.initMessaging(o.Credits, o.MsgSize); err != nil {
+	if err = f.initMessaging(o.Credits, o.MsgSize, o.RecvBuffers); err != nil {
 		return nil, err
 	}
-	f.qpc = verbs.QPConfig{SendCQ: f.cq, RecvCQ: f.m.cq, MaxSendWR: o.Slots, MaxRecvWR: 2 * o.Credits, MaxInlineData: 256}
+	f.qpc = verbs.QPConfig{SendCQ: f.cq, RecvCQ: f.m.cq, SRQ: f.m.srq, MaxSendWR: o.Slots, MaxInlineData: 256}
 	f.peers = make([]peer, size)
 	for r := range f.peers {
 		if f.peers[r].cur, err = f.newConn(r, 0); err != nil {
@@ -328,18 +337,6 @@ func New(ctx context.Context, rank, size int, ex Exchanger, o Options) (f *Fabri
 		}
 		p.cur.connected = true
 		p.up = true
-	}
-	// Receives need a QP past RESET; a peer's first message cannot come
-	// before the caller's next barrier (RNR retries cover the gap anyway).
-	f.m.recvMu.Lock()
-	for r := range f.peers {
-		if err == nil {
-			err = f.postReceives(r, f.peers[r].cur)
-		}
-	}
-	f.m.recvMu.Unlock()
-	if err != nil {
-		return nil, err
 	}
 	f.startManager()
 	return f, nil

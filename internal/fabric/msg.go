@@ -2,6 +2,7 @@ package fabric
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -12,19 +13,25 @@ import (
 
 // Active messages: every rank may have Credits requests in flight to every
 // other rank. A request is a SEND with immediate data (the credit index)
-// into one of the receive buffers the target keeps posted on the QP; the
-// target's handler applies it and answers with a SEND whose immediate data
-// is the credit with replyFlag set. Each QP keeps 2*Credits receives posted
-// (Credits for the peer's requests, Credits for replies to ours), so a
-// sender with a credit always finds a buffer. Memory per process, fixed at
-// start: (size+1) * 2*Credits receive buffers + size * 2*Credits request and
-// reply buffers, all MsgSize bytes.
+// into a receive buffer of the target; the target's handler applies it and
+// answers with a SEND whose immediate data is the credit with replyFlag
+// set. Every QP of the fabric (the loopback pair's two halves too) takes
+// its receives from one shared receive queue (SRQ), so that the receive
+// memory does not grow with the group: RecvBuffers buffers for requests
+// and replies from every rank. A sender that finds the target's SRQ empty
+// is told so by the target's NIC (a receiver-not-ready NAK) and retries
+// until a buffer is posted again (the QPs retry for ever on RNR), so a
+// burst from many ranks at once slows, and loses nothing. Requests are
+// built in one pool of request buffers (held with their credit until the
+// reply comes), replies in one pool of reply buffers (held until the
+// reply's SEND completes, unless it went inline). Memory per process,
+// fixed at start: RecvBuffers + ReqBuffers + ReplyBuffers buffers of
+// MsgSize bytes, whatever the group's size (see msgBuffers).
 //
-// A receive is posted on a connection (conn) and tagged with its id in the
-// high half of the work request id: a completion of a connection since
-// replaced is recognised and ignored, and a message that arrived on it is
-// dropped (its sender was told the request failed). Replies go back on the
-// connection the request came in on.
+// A receive completion names the QP it arrived on (WC.QPNum), which names
+// the connection (conn) and its rank: a message that came in on a
+// connection since replaced is dropped (its sender was told the request
+// failed). Replies go back on the connection the request came in on.
 //
 // Receive completions arrive on their own CQ. The engine goroutine polls it,
 // spins a little when work arrives, and sleeps on its completion channel
@@ -51,6 +58,7 @@ type Handlers struct {
 type credit struct {
 	state atomic.Uint32 // slotFree, slotReserved (acquired), slotBusy (sent)
 	conn  *conn         // the connection it was sent on (while slotBusy)
+	buf   int32         // the request buffer held (while reserved or busy), or -1
 }
 
 type msgPeer struct {
@@ -59,25 +67,29 @@ type msgPeer struct {
 	wake    chan struct{} // a credit was released
 }
 
-// recvBuf is one receive buffer: for rank, on its connection's QP (side
-// 0) or, for the own rank, on the loopback pair's responder half (side 1).
-type recvBuf struct {
-	rank int
+// qpSide is what a QP number stands for: a connection, and for the own
+// rank's loopback pair, which half (1: the responder, which receives the
+// requests).
+type qpSide struct {
+	conn *conn
 	side int
-	conn *conn // the connection it is posted on, or nil (under recvMu)
 }
 
 type messaging struct {
 	cq       *verbs.CQ
 	ch       *verbs.CompChannel
+	srq      *verbs.SRQ
 	mem      []byte
 	mr       *verbs.MR
 	size     int // bytes per buffer
 	credits  int
+	nrecv    int // receive buffers, from offset 0
 	peers    []msgPeer
-	bufs     []recvBuf // receive buffer i -> its QP and sender
-	reqOff   int       // request buffers: reqOff + (rank*credits+c)*size
-	repOff   int       // reply buffers
+	qps      map[uint32]qpSide // QP number -> connection (under recvMu)
+	reqOff   int               // request buffers: reqOff + i*size
+	reqFree  chan uint16
+	repOff   int // reply buffers
+	repFree  chan uint16
 	h        Handlers
 	recvMu   sync.Mutex
 	requests uint64 // requests served (under recvMu): the engine spins while they come
@@ -93,32 +105,57 @@ type messaging struct {
 	started   bool
 }
 
-func (f *Fabric) initMessaging(credits, size int) (err error) {
+// msgBuffers is how many receive, request and reply buffers a process of a
+// group of size ranks keeps, with credits requests in flight per peer and
+// at most recv receive buffers (0: 8 x credits). No more than the ranks
+// could fill: (size+1) x 2 x credits receives, size x credits requests and
+// replies.
+func msgBuffers(size, credits, recv int) (nrecv, nreq, nrep int) {
+	if recv <= 0 {
+		recv = 8 * credits
+	}
+	return min(recv, (size+1)*2*credits), min(size, 2) * credits, credits
+}
+
+// MsgMemory is the memory a process of a group of size ranks registers
+// for active messages, with the options' Credits, MsgSize and RecvBuffers
+// (0: their defaults).
+func MsgMemory(size int, o Options) int {
+	o.defaults()
+	nrecv, nreq, nrep := msgBuffers(size, o.Credits, o.RecvBuffers)
+	return (nrecv + nreq + nrep) * o.MsgSize
+}
+
+func (f *Fabric) initMessaging(credits, size, recv int) (err error) {
 	m := &f.m
 	m.size, m.credits = size, credits
+	nrecv, nreq, nrep := msgBuffers(f.size, credits, recv)
+	m.nrecv = nrecv
 	if m.ch, err = f.dev.CreateCompChannel(); err != nil {
 		return err
 	}
-	nrecv := (f.size + 1) * 2 * credits
 	if m.cq, err = f.dev.CreateCQ(nrecv+16, m.ch); err != nil {
 		return err
 	}
+	if m.srq, err = f.pd.CreateSRQ(verbs.SRQConfig{MaxWR: nrecv}); err != nil {
+		return err
+	}
 	m.reqOff = nrecv * size
-	m.repOff = m.reqOff + f.size*credits*size
-	if m.mem, err = verbs.Alloc(m.repOff + f.size*credits*size); err != nil {
+	m.repOff = m.reqOff + nreq*size
+	if m.mem, err = verbs.Alloc(m.repOff + nrep*size); err != nil {
 		return err
 	}
 	if m.mr, err = f.pd.RegisterMR(m.mem, verbs.AccessLocalWrite); err != nil {
 		return err
 	}
-	m.bufs = make([]recvBuf, 0, nrecv)
-	for r := 0; r < f.size; r++ {
-		for i := 0; i < 2*credits; i++ {
-			m.bufs = append(m.bufs, recvBuf{rank: r})
-		}
+	m.qps = make(map[uint32]qpSide)
+	m.reqFree = make(chan uint16, nreq)
+	for i := 0; i < nreq; i++ {
+		m.reqFree <- uint16(i)
 	}
-	for i := 0; i < 2*credits; i++ {
-		m.bufs = append(m.bufs, recvBuf{rank: f.rank, side: 1})
+	m.repFree = make(chan uint16, nrep)
+	for i := 0; i < nrep; i++ {
+		m.repFree <- uint16(i)
 	}
 	m.peers = make([]msgPeer, f.size)
 	for r := range m.peers {
@@ -127,54 +164,48 @@ func (f *Fabric) initMessaging(credits, size int) (err error) {
 		p.credits = make([]credit, credits)
 		p.wake = make(chan struct{}, 1)
 		for c := range p.credits {
+			p.credits[c].buf = -1
 			p.free <- uint16(c)
 		}
 	}
-	return nil
-}
-
-// postReceives posts, on c, every receive buffer of rank not posted on it
-// yet (2*credits per QP, both halves of the loopback pair); recvMu is held.
-// Buffers still posted on a retired connection of rank are taken back: its
-// QP is in the error state, so nothing lands in them any more.
-func (f *Fabric) postReceives(rank int, c *conn) error {
-	m := &f.m
-	n := 2 * m.credits
-	if err := f.postRange(rank*n, n, c); err != nil {
-		return err
-	}
-	if rank == f.rank {
-		return f.postRange(f.size*n, n, c)
-	}
-	return nil
-}
-
-func (f *Fabric) postRange(first, n int, c *conn) error {
-	for id := first; id < first+n; id++ {
-		if f.m.bufs[id].conn == c {
-			continue
-		}
-		if err := f.postRecv(id, c); err != nil {
+	for id := 0; id < nrecv; id++ {
+		if err := f.postRecv(id); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// postRecv posts receive buffer id on c; recvMu is held.
-func (f *Fabric) postRecv(id int, c *conn) error {
+// postRecv posts receive buffer id on the SRQ.
+func (f *Fabric) postRecv(id int) error {
 	m := &f.m
-	b := &m.bufs[id]
-	qp := c.qp
-	if b.side == 1 {
-		qp = c.resp
+	return m.srq.PostRecv(uint64(id), m.mr.Local(id*m.size, m.size))
+}
+
+// register records c's QPs as the fabric's, so that what arrives on them
+// is handled; unregister forgets them, once c is retired and drained.
+func (f *Fabric) register(c *conn) {
+	m := &f.m
+	m.recvMu.Lock()
+	m.qps[c.qp.Num()] = qpSide{c, 0}
+	if c.resp != nil {
+		m.qps[c.resp.Num()] = qpSide{c, 1}
 	}
-	b.conn = c
-	if err := qp.PostRecv(uint64(id)|uint64(c.id)<<32, m.mr.Local(id*m.size, m.size)); err != nil {
-		b.conn = nil
-		return err
+	m.recvMu.Unlock()
+}
+
+func (f *Fabric) unregister(c *conn) {
+	m := &f.m
+	m.recvMu.Lock()
+	// What arrived on c before it failed is in the CQ: handle (drop) it
+	// before c's QP number may be given to a new QP.
+	f.pollRecvLocked()
+	for n, qs := range m.qps {
+		if qs.conn == c {
+			delete(m.qps, n)
+		}
 	}
-	return nil
+	m.recvMu.Unlock()
 }
 
 // StartMessaging installs the handlers and starts the engine goroutine.
@@ -206,6 +237,11 @@ func (f *Fabric) closeMessaging() error {
 		if err != nil && first == nil {
 			first = err
 		}
+	}
+	// The QPs are closed: the SRQ goes before the memory its receives name.
+	if m.srq != nil {
+		keep(m.srq.Close())
+		m.srq = nil
 	}
 	if m.mr != nil {
 		keep(m.mr.Close())
@@ -309,76 +345,112 @@ func (f *Fabric) pollRecvLocked() int {
 	}
 	for i := 0; i < n; i++ {
 		wc := &m.wcs[i]
-		id := int(uint32(wc.WRID))
-		if id >= len(m.bufs) {
+		id := int(wc.WRID)
+		if id >= m.nrecv {
 			continue
 		}
-		b := &m.bufs[id]
-		c := b.conn
-		if c == nil || c.id != uint32(wc.WRID>>32) {
-			continue // posted on a connection since replaced, and taken back
-		}
-		b.conn = nil
-		if wc.Status != verbs.WCSuccess {
-			// Flushed: the QP is in the error state.
+		qs := m.qps[wc.QPNum]
+		c := qs.conn
+		switch {
+		case c == nil:
+			// A QP no longer known: its message is dropped.
+		case wc.Status != verbs.WCSuccess:
+			// The receive failed with its QP, now in the error state.
 			if !c.retired.Load() {
 				f.fault(c)
 			}
-			continue
-		}
-		if c.retired.Load() {
-			continue // its sender learns that the request failed
-		}
-		data := m.mem[id*m.size : id*m.size+int(min(wc.ByteLen, uint32(m.size)))]
-		if wc.Imm&replyFlag != 0 {
-			f.onReply(b.rank, c, int(wc.Imm&0xffff), data)
-		} else {
+		case c.retired.Load():
+			// Its sender learns that the request failed.
+		case wc.Imm&replyFlag != 0:
+			f.onReply(c.rank, c, int(wc.Imm&0xffff), m.mem[id*m.size:id*m.size+int(min(wc.ByteLen, uint32(m.size)))])
+		default:
 			m.requests++
-			f.onRequest(b, c, int(wc.Imm&0xffff), data)
+			f.onRequest(c, qs.side, int(wc.Imm&0xffff), m.mem[id*m.size:id*m.size+int(min(wc.ByteLen, uint32(m.size)))])
 		}
-		// The buffer is free again once its message is handled. (c cannot
-		// have been retired meanwhile: that takes recvMu.)
-		if err := f.postRecv(id, c); err != nil {
+		// The buffer is free again once its message is handled. A
+		// buffer the SRQ cannot take back is lost to it; with none left,
+		// senders wait (RNR) until the connection fails them.
+		if err := f.postRecv(id); err != nil && c != nil {
 			f.fault(c)
 		}
 	}
 	return n
 }
 
-// onRequest serves a request that came in on c and sends the reply back on
-// it; recvMu is held, so c stays in use meanwhile. A reply that cannot be
-// sent (no slot within the peer timeout, or the post refused) fails the
+// onRequest serves a request that came in on c (on the loopback pair's
+// responder half if side is 1) and sends the reply back on it; recvMu is
+// held, so c stays in use meanwhile. A reply that cannot be sent (no slot
+// or reply buffer within the peer timeout, or the post refused) fails the
 // connection, so that the requester learns its request failed instead of
 // waiting for ever.
-func (f *Fabric) onRequest(b *recvBuf, c *conn, credit int, req []byte) {
+func (f *Fabric) onRequest(c *conn, side, credit int, req []byte) {
 	m := &f.m
+	rank := c.rank
 	if credit >= m.credits || m.h.Request == nil {
 		return // not a request a conforming origin sends: drop it
 	}
-	off := m.repOff + (b.rank*m.credits+credit)*m.size
-	reply := m.h.Request(b.rank, req, m.mem[off:off:off+m.size])
-	imm := uint32(replyFlag | credit)
-	id, err := f.acquireSlotWithin(b.rank, true)
+	id, err := f.acquireSlotWithin(rank, true)
 	if err != nil {
 		f.fault(c)
 		return
 	}
-	f.slots[id].msg = true
+	rb, err := f.replyBuf(rank)
+	if err != nil {
+		f.releaseSlot(id)
+		f.fault(c)
+		return
+	}
+	off := m.repOff + int(rb)*m.size
+	reply := m.h.Request(rank, req, m.mem[off:off:off+m.size])
+	imm := uint32(replyFlag | credit)
+	s := &f.slots[id]
+	s.msg = true
 	qp := c.qp
-	if b.side == 1 {
+	if side == 1 {
 		qp = c.resp
 	}
-	p := &f.peers[b.rank]
+	p := &f.peers[rank]
 	f.posting(id, p, c)
 	if len(reply) <= f.maxInline {
 		err = qp.PostSendInlineImm(uint64(id), reply, imm, verbs.SendSignaled)
+		f.putReplyBuf(rb) // copied by the post
 	} else {
+		s.reply = int32(rb) // freed with the slot, once sent
 		err = qp.PostSendImm(uint64(id), m.mr.Local(off, len(reply)), imm, verbs.SendSignaled)
 	}
 	if err != nil {
 		f.unpost(id, p, c)
 		f.fault(c)
 	}
+}
+
+// replyBuf takes a reply buffer, waiting (at most the peer timeout) for
+// the send of an earlier reply to complete if none is free.
+func (f *Fabric) replyBuf(rank int) (uint16, error) {
+	m := &f.m
+	select {
+	case b := <-m.repFree:
+		return b, nil
+	default:
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), f.peerTimeout)
+	defer cancel()
+	for {
+		select {
+		case b := <-m.repFree:
+			return b, nil
+		default:
+		}
+		if err := f.progressUntil(ctx, func() bool { return len(m.repFree) > 0 }, nil); err != nil {
+			return 0, fmt.Errorf("fabric: rank %d: no reply buffer free within %v: %w", rank, f.peerTimeout, err)
+		}
+	}
+}
+
+// putReplyBuf frees a reply buffer.
+func (f *Fabric) putReplyBuf(b uint16) {
+	f.m.repFree <- b
+	f.wakePoller()
 }
 
 // onReply hands the reply that came in on c to Handlers.Reply; recvMu is
@@ -408,9 +480,16 @@ func (f *Fabric) releaseCredit(rank, c int) {
 	f.putCredit(rank, c)
 }
 
-// putCredit makes a free credit available again.
+// putCredit makes a free credit available again, with the request buffer
+// it held.
 func (f *Fabric) putCredit(rank, c int) {
-	p := &f.m.peers[rank]
+	m := &f.m
+	p := &m.peers[rank]
+	cr := &p.credits[c]
+	if b := cr.buf; b >= 0 {
+		cr.buf = -1
+		m.reqFree <- uint16(b)
+	}
 	p.free <- uint16(c)
 	select {
 	case p.wake <- struct{}{}:
@@ -432,13 +511,36 @@ func (f *Fabric) Acquire(ctx context.Context, rank int) (int, []byte, error) {
 	for {
 		select {
 		case c := <-p.free:
-			p.credits[c].state.Store(slotReserved)
-			off := m.reqOff + (rank*m.credits+int(c))*m.size
+			cr := &p.credits[c]
+			b, err := f.requestBuf(ctx, rank)
+			if err != nil {
+				f.putCredit(rank, int(c))
+				return 0, nil, err
+			}
+			cr.buf = int32(b)
+			cr.state.Store(slotReserved)
+			off := m.reqOff + int(b)*m.size
 			return int(c), m.mem[off : off+m.size : off+m.size], nil
 		default:
 		}
 		if err := f.progressMsg(ctx, rank, func() bool { return len(p.free) > 0 }); err != nil {
 			return 0, nil, err
+		}
+	}
+}
+
+// requestBuf takes a request buffer, waiting for a reply (from any rank)
+// to free one if none is.
+func (f *Fabric) requestBuf(ctx context.Context, rank int) (uint16, error) {
+	m := &f.m
+	for {
+		select {
+		case b := <-m.reqFree:
+			return b, nil
+		default:
+		}
+		if err := f.progressMsg(ctx, rank, func() bool { return len(m.reqFree) > 0 }); err != nil {
+			return 0, err
 		}
 	}
 }
@@ -467,9 +569,9 @@ func (f *Fabric) Send(rank, c, n int) error {
 	}
 	p := &f.peers[rank]
 	cr := &m.peers[rank].credits[c]
+	off := m.reqOff + int(cr.buf)*m.size
 	cr.conn = cn
 	cr.state.Store(slotBusy) // publishes the caller's records of the request to the reply handler
-	off := m.reqOff + (rank*m.credits+c)*m.size
 	f.posting(id, p, cn)
 	if n <= f.maxInline {
 		err = cn.qp.PostSendInlineImm(uint64(id), m.mem[off:off+n], uint32(c), verbs.SendSignaled)

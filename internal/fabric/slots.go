@@ -28,6 +28,7 @@ type slot struct {
 	msg   bool  // an active message or reply: its error is not a Flush's
 	peer  int32 // rank
 	chunk int32 // staging chunk held, or -1
+	reply int32 // active-message reply buffer held until sent, or -1
 	conn  *conn // the connection it was posted on
 	err   error
 	wake  chan struct{}
@@ -76,7 +77,7 @@ func (f *Fabric) tryAcquireSlot(rank int, async bool) (uint32, bool) {
 	f.slotMu.Unlock()
 	s := &f.slots[id]
 	s.state.Store(slotBusy)
-	s.async, s.msg, s.peer, s.chunk, s.conn, s.err = async, false, int32(rank), -1, nil, nil
+	s.async, s.msg, s.peer, s.chunk, s.reply, s.conn, s.err = async, false, int32(rank), -1, -1, nil, nil
 	return id, true
 }
 
@@ -106,6 +107,10 @@ func (f *Fabric) releaseSlot(id uint32) {
 	if s.chunk >= 0 {
 		f.putChunk(s.chunk)
 		s.chunk = -1
+	}
+	if s.reply >= 0 {
+		f.putReplyBuf(uint16(s.reply))
+		s.reply = -1
 	}
 	s.conn = nil
 	s.state.Store(slotFree)
