@@ -8,12 +8,14 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/onesided/rma/datatype"
 	"github.com/onesided/rma/group"
 	"github.com/onesided/rma/op"
+	"github.com/onesided/rma/verbs"
 	"github.com/onesided/rma/win"
 )
 
@@ -30,7 +32,7 @@ func init() { workers["scale"] = workScale }
 // ends as the sum over the ranks, and prints the same figures again.
 func workScale(ctx context.Context, g *group.Group) error {
 	joined := time.Since(procStart)
-	pinJoin, thrJoin := procStatus("VmPin"), procStatus("Threads")
+	pinJoin, thrJoin, qpJoin := procStatus("VmPin"), procStatus("Threads"), openQPs()
 	w, err := win.Allocate(ctx, g, 4096, 1)
 	if err != nil {
 		return err
@@ -53,9 +55,20 @@ func workScale(ctx context.Context, g *group.Group) error {
 	if want := float64(n * (n + 1) / 2); got != want {
 		return fmt.Errorf("word 0 holds %v after every rank's accumulate, want %v", got, want)
 	}
-	fmt.Printf("joined=%.3f\nvmpin_join=%d\nthreads_join=%d\nvmpin_used=%d\nthreads_used=%d\n",
-		joined.Seconds(), pinJoin, thrJoin, procStatus("VmPin"), procStatus("Threads"))
+	fmt.Printf("joined=%.3f\nvmpin_join=%d\nthreads_join=%d\nqps_join=%d\nvmpin_used=%d\nthreads_used=%d\nqps_used=%d\n",
+		joined.Seconds(), pinJoin, thrJoin, qpJoin, procStatus("VmPin"), procStatus("Threads"), openQPs())
 	return w.Free(ctx)
+}
+
+// openQPs counts the process's queue pairs.
+func openQPs() int {
+	n := 0
+	for _, o := range verbs.OpenObjects() {
+		if strings.HasPrefix(o, "QP ") {
+			n++
+		}
+	}
+	return n
 }
 
 // TestGroupScale forms groups of 2, 4, 8 and 16 ranks and reports, per
@@ -64,6 +77,8 @@ func workScale(ctx context.Context, g *group.Group) error {
 // after an all-to-all accumulate through the engine. The active-message
 // receive memory is one shared receive queue, the same for every group of
 // 4 ranks or more: what a rank pins must not grow from 4 ranks to 16.
+// Connections are made on first use: once joined, a rank has its loopback
+// pair alone (2 QPs); after the accumulates, one QP more per other rank.
 func TestGroupScale(t *testing.T) {
 	type row struct {
 		n                                  int
@@ -93,6 +108,9 @@ func TestGroupScale(t *testing.T) {
 			r.join = max(r.join, j)
 			r.pinJoin, r.thrJoin = max(r.pinJoin, num("vmpin_join")), max(r.thrJoin, num("threads_join"))
 			r.pinUsed, r.thrUsed = max(r.pinUsed, num("vmpin_used")), max(r.thrUsed, num("threads_used"))
+			if q, u := num("qps_join"), num("qps_used"); q != 2 || u != n+1 {
+				t.Errorf("%d ranks: a rank has %d QPs once joined and %d after talking to every rank; want 2 (its loopback pair) and %d", n, q, u, n+1)
+			}
 		}
 		rows = append(rows, r)
 	}

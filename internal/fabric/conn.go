@@ -14,8 +14,11 @@ import (
 
 // Connections and their re-establishment.
 //
-// Every rank has one RC connection to every rank (to itself through a
-// loopback pair). A failed work completion leaves the QP in the error state,
+// Every rank has one RC connection to every rank it talks to (to itself
+// through a loopback pair, made at start). The connection to another rank
+// is made on first use: the caller asks the manager for it (peer.want), and
+// the manager starts generation 1 of the pair exactly as it re-establishes
+// a failed one, below; the peer's manager answers. A failed work completion leaves the QP in the error state,
 // and on a remote fault the peer's QP too. The pair is then replaced by a
 // new generation: the side that sees the failure (a failed completion, or a
 // flushed receive) retires its QP and sends the peer, out of band through
@@ -109,6 +112,8 @@ type peer struct {
 	up    bool                  // requests may be posted to cur
 	ready chan struct{}         // while !up: closed once the pair is up again, or lost
 	lost  atomic.Pointer[error] // set once the peer is known gone
+	// want: a caller needs the connection, never made yet (cur is nil).
+	want atomic.Bool
 	// unready: cur may have failed and not been replaced yet. A call sees
 	// it before it takes a slot, and waits for the new connection without
 	// holding one (the engine's replies need them).
@@ -166,7 +171,11 @@ func (f *Fabric) use(ctx context.Context, rank int) (*conn, error) {
 			continue
 		}
 		ready := p.ready
+		first := p.cur == nil
 		p.qmu.RUnlock()
+		if first && !p.want.Load() && p.want.CompareAndSwap(false, true) {
+			f.kick() // the first use: have the manager connect
+		}
 		if err := f.awaitUp(ctx, rank, ready); err != nil {
 			return nil, err
 		}
@@ -187,7 +196,7 @@ func (f *Fabric) awaitUp(ctx context.Context, rank int, ready chan struct{}) err
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-t.C:
-		return fmt.Errorf("fabric: %w: rank %d: connection not re-established within %v", ErrPeerLost, rank, f.reconnectTimeout)
+		return fmt.Errorf("fabric: %w: rank %d: connection not established within %v", ErrPeerLost, rank, f.reconnectTimeout)
 	}
 }
 
@@ -242,7 +251,9 @@ func (f *Fabric) MarkLost(rank int, cause error) {
 	}
 	p := &f.peers[rank]
 	p.qmu.RLock()
-	p.cur.setError()
+	if p.cur != nil {
+		p.cur.setError()
+	}
 	p.qmu.RUnlock()
 }
 
@@ -444,10 +455,12 @@ func (f *Fabric) manageStep() time.Duration {
 			f.begin(r, p.cur.gen+1)
 		case !p.up && p.next != nil && p.next.faulted.Load():
 			f.begin(r, p.next.gen+1)
-		case !p.up && time.Now().After(p.deadline):
-			f.lose(r, fmt.Errorf("its connection was not re-established within %v", f.reconnectTimeout))
+		case !p.up && p.cur == nil && p.next == nil && p.want.Load():
+			f.begin(r, 1) // first use
+		case !p.up && !p.deadline.IsZero() && time.Now().After(p.deadline):
+			f.lose(r, fmt.Errorf("its connection was not established within %v", f.reconnectTimeout))
 		}
-		if !p.up && p.lost.Load() == nil {
+		if !p.up && p.lost.Load() == nil && !p.deadline.IsZero() {
 			sooner(time.Until(p.deadline))
 		}
 		if len(p.retired) > 0 && !f.reap(r) {
@@ -473,6 +486,8 @@ func (f *Fabric) begin(rank int, gen uint32) {
 	p.qmu.Unlock()
 	if wasUp {
 		f.retireLocked(rank, p.cur)
+	}
+	if wasUp || p.deadline.IsZero() {
 		p.deadline = time.Now().Add(f.reconnectTimeout)
 	}
 	if p.next != nil {
@@ -543,7 +558,10 @@ func (f *Fabric) onSignal(rank int, msg []byte) {
 		if err != nil {
 			return
 		}
-		cur := p.cur.gen
+		var cur uint32 // 0: never connected
+		if p.cur != nil {
+			cur = p.cur.gen
+		}
 		if !p.up && p.next != nil {
 			cur = p.next.gen
 		}
@@ -603,7 +621,8 @@ func (f *Fabric) up(rank int) {
 		p.unready.Store(false)
 	}
 	p.qmu.Unlock()
-	p.next = nil
+	p.next, p.deadline = nil, time.Time{}
+	p.want.Store(false)
 }
 
 // lose marks rank lost because its connection could not be re-established.
@@ -619,7 +638,7 @@ func (f *Fabric) settleLost(rank int) {
 	p.lostDone = true
 	f.m.recvMu.Lock()
 	p.qmu.Lock()
-	if rank != f.rank {
+	if rank != f.rank && p.cur != nil {
 		p.cur.setError()
 	}
 	if p.ready != nil {

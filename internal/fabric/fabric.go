@@ -183,8 +183,10 @@ func (o *Options) defaults() {
 	}
 }
 
-// New opens the device, creates the resources and connects an RC QP to every
-// rank through ex. It is collective: every rank must call it.
+// New opens the device, creates the resources and the loopback pair, and
+// swaps with every rank, through ex, the address of the word it probes to
+// tell whether this rank lives. It is collective: every rank must call it.
+// The RC connection to another rank is made when first used.
 func New(ctx context.Context, rank, size int, ex Exchanger, o Options) (f *Fabric, err error) {
 	o.defaults()
 	// The transport gives up after (retries+1) ACK timeouts of 4.096us*2^t.
@@ -291,52 +293,42 @@ func New(ctx context.Context, rank, size int, ex Exchanger, o Options) (f *Fabri
 		return nil, err
 	}
 	f.qpc = verbs.QPConfig{SendCQ: f.cq, RecvCQ: f.m.cq, SRQ: f.m.srq, MaxSendWR: o.Slots, MaxInlineData: 256}
+	// The loopback pair now; the connection to another rank on first use
+	// (see use), through the reconnect protocol's exchange.
 	f.peers = make([]peer, size)
+	me := &f.peers[rank]
+	if me.cur, err = f.newConn(rank, 1); err != nil {
+		return nil, err
+	}
+	if err = f.connectLoopback(me.cur); err != nil {
+		return nil, fmt.Errorf("fabric: connect the loopback pair: %w", err)
+	}
+	me.cur.connected, me.up = true, true
 	for r := range f.peers {
-		if f.peers[r].cur, err = f.newConn(r, 0); err != nil {
-			return nil, err
+		if r != rank {
+			f.peers[r].ready = make(chan struct{})
+			f.peers[r].unready.Store(true)
 		}
 	}
-	f.maxInline = min(f.peers[rank].cur.qp.MaxInline(), slotScratch)
+	f.maxInline = min(me.cur.qp.MaxInline(), slotScratch)
 	if f.probeMem, err = verbs.Alloc(8); err != nil {
 		return nil, err
 	}
 	if f.probeMR, err = f.pd.RegisterMR(f.probeMem, verbs.AccessRemoteRead); err != nil {
 		return nil, err
 	}
-	mine := make([]byte, 0, size*verbs.EndpointSize+12)
-	for r := range f.peers {
-		mine = f.peers[r].cur.local.AppendBinary(mine)
-	}
-	mine = binary.LittleEndian.AppendUint64(mine, f.probeMR.Addr())
+	mine := binary.LittleEndian.AppendUint64(nil, f.probeMR.Addr())
 	mine = binary.LittleEndian.AppendUint32(mine, f.probeMR.RKey())
 	all, err := ex.AllGather(ctx, mine)
 	if err != nil {
-		return nil, fmt.Errorf("fabric: exchange endpoints: %w", err)
+		return nil, fmt.Errorf("fabric: exchange probe words: %w", err)
 	}
 	for r := range f.peers {
-		if len(all[r]) != size*verbs.EndpointSize+12 {
-			return nil, fmt.Errorf("fabric: rank %d sent %d bytes of endpoints, want %d", r, len(all[r]), size*verbs.EndpointSize+12)
+		if len(all[r]) != 12 {
+			return nil, fmt.Errorf("fabric: rank %d sent %d bytes of its probe word, want 12", r, len(all[r]))
 		}
-		tail := all[r][size*verbs.EndpointSize:]
-		p := &f.peers[r]
-		p.probeAddr = binary.LittleEndian.Uint64(tail)
-		p.probeRKey = binary.LittleEndian.Uint32(tail[8:])
-		if r == rank {
-			err = f.connectLoopback(p.cur)
-		} else {
-			off := rank * verbs.EndpointSize
-			var remote verbs.Endpoint
-			if remote, err = verbs.DecodeEndpoint(all[r][off : off+verbs.EndpointSize]); err != nil {
-				return nil, fmt.Errorf("fabric: endpoint from rank %d: %w", r, err)
-			}
-			err = p.cur.qp.Connect(&f.path, p.cur.local, remote)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("fabric: connect to rank %d: %w", r, err)
-		}
-		p.cur.connected = true
-		p.up = true
+		f.peers[r].probeAddr = binary.LittleEndian.Uint64(all[r])
+		f.peers[r].probeRKey = binary.LittleEndian.Uint32(all[r][8:])
 	}
 	f.startManager()
 	return f, nil
