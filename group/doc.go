@@ -5,11 +5,15 @@
 // environment (FromEnv: RMA_RANK, RMA_SIZE, RMA_ADDR, RMA_SECRET, or the
 // variables mpirun and srun set). A shared secret authenticates every
 // joiner with a mutual HMAC challenge before anything else is said, so a
-// process without it learns no memory key or address. The group then
-// exchanges queue-pair endpoints and connects a reliable-connected queue
-// pair between every pair of ranks (and a loopback pair for a rank's own
-// memory). The TCP connections stay for out-of-band barriers and
-// all-gathers, used when windows are created and freed.
+// process without it learns no memory key or address. Each rank connects
+// a loopback queue pair for its own memory at Join; the reliable-connected
+// queue pair to another rank is made on the first call that needs it (the
+// two ranks swap endpoints over their liveness connection), so a rank that
+// talks to few others holds few queue pairs. The active messages of every
+// peer arrive in one shared receive queue (Options.RecvBuffers), so what a
+// rank pins does not grow with the group. The TCP connections stay for
+// out-of-band barriers and all-gathers, used when windows are created and
+// freed.
 //
 // Split divides a group into subgroups (MPI_Comm_split), collectively over
 // the group. A subgroup reuses its parent's RDMA connections, engine and

@@ -68,12 +68,18 @@ type Options struct {
 	// Chunks is the number of 64 KiB staging buffers that large transfers
 	// go through (0 = 32). Calls beyond them wait for one to free.
 	Slots, Chunks int
+	// RecvBuffers is the number of 64 KiB buffers in the shared receive
+	// queue where the requests of every peer to this process's engine, and
+	// the replies to its own, arrive (0 = 64; a group of 2 keeps 48). A
+	// burst beyond them waits in the senders' NICs (RNR retries), so
+	// raise it for many ranks that accumulate into one at once.
+	RecvBuffers int
 }
 
 // FromEnv reads the group's identity from the environment: RMA_RANK,
 // RMA_SIZE, RMA_ADDR, RMA_SECRET, or the rank and size that mpirun (Open MPI,
 // MPICH) and srun set; and RMA_DEVICE, RMA_PORT, RMA_GID_INDEX, RMA_SPIN, RMA_ENGINE_SPIN, RMA_REPLY_SPIN, RMA_PEER_TIMEOUT,
-// RMA_SLOTS, RMA_CHUNKS.
+// RMA_SLOTS, RMA_CHUNKS, RMA_RECV_BUFFERS.
 func FromEnv() (Options, error) {
 	cfg, err := bootstrap.ConfigFromEnv()
 	if err != nil {
@@ -108,7 +114,7 @@ func FromEnv() (Options, error) {
 	for _, n := range []struct {
 		name string
 		to   *int
-	}{{"RMA_SLOTS", &o.Slots}, {"RMA_CHUNKS", &o.Chunks}} {
+	}{{"RMA_SLOTS", &o.Slots}, {"RMA_CHUNKS", &o.Chunks}, {"RMA_RECV_BUFFERS", &o.RecvBuffers}} {
 		if v := os.Getenv(n.name); v != "" {
 			if *n.to, err = strconv.Atoi(v); err != nil || *n.to <= 0 || *n.to > 1<<20 {
 				return o, fmt.Errorf("group: %w: %s=%q is not a count from 1 to 1048576", ErrConfig, n.name, v)
@@ -145,8 +151,9 @@ type Group struct {
 }
 
 // Join forms the group: rank 0 listens on Addr, the others join it and
-// prove they hold the secret, then every pair of ranks is connected by an
-// RC queue pair. It returns when every rank has joined.
+// prove they hold the secret; every pair of ranks opens a liveness
+// connection, over which their RC queue pair is set up when first used.
+// It returns when every rank has joined.
 func Join(ctx context.Context, o Options) (*Group, error) {
 	boot, err := bootstrap.Join(ctx, bootstrap.Config{Rank: o.Rank, Size: o.Size, Addr: o.Addr, Secret: o.Secret})
 	if err != nil {
@@ -162,7 +169,7 @@ func Join(ctx context.Context, o Options) (*Group, error) {
 	}
 	fab, err := fabric.New(ctx, o.Rank, o.Size, boot, fabric.Options{
 		Device: dev, Port: o.Port, GIDIndex: gid, MTU: o.MTU, Spin: o.Spin, PeerTimeout: o.PeerTimeout,
-		EngineSpin: o.EngineSpin, ReplySpin: o.ReplySpin, Slots: o.Slots, Chunks: o.Chunks,
+		EngineSpin: o.EngineSpin, ReplySpin: o.ReplySpin, Slots: o.Slots, Chunks: o.Chunks, RecvBuffers: o.RecvBuffers,
 	})
 	if err != nil {
 		boot.Close()
