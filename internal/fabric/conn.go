@@ -16,22 +16,24 @@ import (
 //
 // Every rank has one RC connection to every rank it talks to (to itself
 // through a loopback pair, made at start). The connection to another rank
-// is made on first use: the caller asks the manager for it (peer.want), and
-// the manager starts generation 1 of the pair exactly as it re-establishes
-// a failed one, below; the peer's manager answers. A failed work completion leaves the QP in the error state,
-// and on a remote fault the peer's QP too. The pair is then replaced by a
-// new generation: the side that sees the failure (a failed completion, or a
-// flushed receive) retires its QP and sends the peer, out of band through
-// the Signaller, RECONNECT(gen, endpoint of a fresh QP). The peer, on
-// receiving it, retires its own QP, creates a fresh one and answers with its
-// RECONNECT. Each side, once it holds the other's endpoint, connects its new
-// QP (INIT, RTR, RTS), posts its receives and sends READY(gen); it lets
-// requests go out on the new QP only when it has the peer's READY as well,
-// that is once the peer's QP is past RTR, so that nothing is sent to a QP
-// that would drop it. Both sides may start at once (each then answers the
-// other's RECONNECT); messages of an older generation are ignored, and one
-// of a newer generation restarts the exchange at that generation. The
-// loopback pair is re-created locally.
+// is made on first use: the caller asks the manager for it (peer.want),
+// and the manager starts generation 1 of the pair exactly as it
+// re-establishes a failed one, below.
+//
+// A failed work completion leaves the QP in the error state, and on a
+// remote fault the peer's QP too. The pair is then replaced by a new
+// generation: the side that sees the failure (a failed completion) retires
+// its QP and sends the peer, out of band through the Signaller,
+// RECONNECT(gen, endpoint of a fresh QP). The peer, on receiving it,
+// retires its own QP, creates a fresh one and answers with its RECONNECT.
+// Each side, once it holds the other's endpoint, connects its new QP (INIT,
+// RTR, RTS) and sends READY(gen); it lets requests go out on the new QP
+// only when it has the peer's READY as well, that is once the peer's QP is
+// past RTR, so that nothing is sent to a QP that would drop it. Both sides
+// may start at once (each then answers the other's RECONNECT); messages of
+// an older generation are ignored, and one of a newer generation restarts
+// the exchange at that generation. The loopback pair is re-created
+// locally.
 //
 // Callers to a rank whose pair is being replaced wait for it (within their
 // context and ReconnectTimeout); a pair not re-established within
@@ -43,7 +45,7 @@ import (
 // conn is one generation of the RC connection to a rank.
 type conn struct {
 	rank      int
-	gen       uint32 // agreed with the peer: 0 at start, one more per re-establishment
+	gen       uint32 // agreed with the peer: 1 at first, one more per re-establishment
 	qp        *verbs.QP
 	resp      *verbs.QP      // own rank only: the loopback pair's responder half
 	local     verbs.Endpoint // qp's endpoint (with the PSN the peer is told)

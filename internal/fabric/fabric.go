@@ -1,7 +1,8 @@
 // Package fabric owns a process's RDMA resources for a group: the device, a
 // protection domain, one completion queue with its channel, an RC queue pair
-// to every rank (itself included, through a loopback pair), and a registered
-// scratch area for atomic results and staging. It posts work requests for the
+// to every rank it talks to (made on first use; to itself through a
+// loopback pair), a shared receive queue for active messages, and a
+// registered scratch area for atomic results and staging. It posts work requests for the
 // packages above it and completes them without a background goroutine: the
 // goroutine that waits polls the CQ (one at a time), spins for a short while,
 // then sleeps on the completion channel.
