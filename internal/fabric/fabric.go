@@ -2,10 +2,10 @@
 // protection domain, one completion queue with its channel, an RC queue pair
 // to every rank it talks to (made on first use; to itself through a
 // loopback pair), a shared receive queue for active messages, and a
-// registered scratch area for atomic results and staging. It posts work requests for the
-// packages above it and completes them without a background goroutine: the
-// goroutine that waits polls the CQ (one at a time), spins for a short while,
-// then sleeps on the completion channel.
+// registered scratch area for atomic results and staging. It posts work
+// requests for the packages above it and completes them without a
+// background goroutine: the goroutine that waits polls the CQ (one at a
+// time), spins for a short while, then sleeps on the completion channel.
 //
 // A failed work completion (a bad rkey, a misaligned atomic, ...) moves an
 // RC queue pair, and usually its peer's, to the error state: the call that
