@@ -119,7 +119,8 @@ type Fabric struct {
 	// than a round trip on some hosts (a millisecond under emulation).
 	engineSpin time.Duration
 	replySpin  time.Duration
-	opTime     atomic.Int64 // nanoseconds: see learnOpTime
+	opTime     atomic.Int64  // nanoseconds: see learnOpTime
+	waits      atomic.Uint32 // synchronous waits, one in 16 of which is timed
 
 	lostCtx    context.Context // see Lost
 	lostCancel context.CancelCauseFunc
