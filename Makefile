@@ -19,7 +19,9 @@ tools: deps
 	$(GO) build -o $(RXEVM) ./test/rxevm
 	$(GO) build -o $(BIN)/ ./cmd/rmarun ./cmd/rmainfo ./examples/...
 
-test: deps unit nocgo fuzz integration consumer twohost
+# The stages one after the other, each with its time (hack/stages.sh).
+test:
+	@MAKE="$(MAKE)" bash hack/stages.sh deps unit nocgo fuzz integration consumer twohost
 
 unit: deps
 	$(GO) vet ./...
