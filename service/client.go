@@ -44,6 +44,7 @@ type Client struct {
 	mu       sync.Mutex // serializes the calls; guards what follows
 	closed   bool
 	awaiting uint32      // a request whose caller left before its reply came
+	pend     *Request    // the operation a request-based call started, not finished
 	waits    []*lockWait // lock requests sent, not answered yet
 	err      error       // the connection failed: every call returns it
 	posted   uint64      // id of the last send work request posted
@@ -222,12 +223,20 @@ func (c *Client) authenticate(ctx context.Context, cNonce, sNonce *[nonceLen]byt
 // request sends the n-byte message in the send buffer (its sequence
 // number c.seq) and waits for the reply; c.mu is held.
 func (c *Client) request(ctx context.Context, n int) error {
+	if err := c.send(n); err != nil {
+		return err
+	}
+	return c.wait(ctx, c.posted, c.seq)
+}
+
+// send posts the request of n bytes at sendOff; its reply carries c.seq.
+func (c *Client) send(n int) error {
 	c.posted++
 	if err := c.qp.PostSend(c.posted, c.mr.Local(sendOff, n), verbs.SendSignaled); err != nil {
 		c.posted--
 		return err
 	}
-	return c.wait(ctx, c.posted, c.seq)
+	return nil
 }
 
 // Open opens the window the server exposes under name.
@@ -279,6 +288,9 @@ func (c *Client) Close() error {
 		return ErrClosed
 	}
 	c.closed = true
+	if r := c.pend; r != nil {
+		r.done, r.err, c.pend = true, ErrClosed, nil
+	}
 	c.id.Disconnect()
 	return c.release()
 }
@@ -334,6 +346,14 @@ func (c *Client) begin(ctx context.Context) error {
 	}
 	if c.err != nil {
 		return c.err
+	}
+	if c.pend != nil {
+		if err := c.finishPending(ctx); err != nil {
+			return err
+		}
+		if c.err != nil {
+			return c.err
+		}
 	}
 	if c.awaiting != 0 {
 		if err := c.wait(ctx, c.posted, c.awaiting); err != nil {
@@ -487,30 +507,46 @@ func (c *Client) read(ctx context.Context, dst []byte, raddr uint64, rkey uint32
 func (c *Client) result() uint64 { return binary.NativeEndian.Uint64(c.buf[resultOff:]) }
 
 func (c *Client) read8(ctx context.Context, raddr uint64, rkey uint32) (uint64, error) {
-	c.posted++
-	if err := c.qp.PostRead(c.posted, c.mr.Local(resultOff, 8), raddr, rkey, verbs.SendSignaled); err != nil {
-		c.posted--
+	if err := c.postRead8(raddr, rkey); err != nil {
 		return 0, err
 	}
-	c.stats.reads.Add(1)
-	c.stats.bytesRead.Add(8)
 	if err := c.wait(ctx, c.posted, 0); err != nil {
 		return 0, err
 	}
 	return c.result(), nil
 }
 
-func (c *Client) fetchAdd(ctx context.Context, raddr uint64, rkey uint32, v uint64) (uint64, error) {
+// postRead8 posts an 8-byte READ into resultOff.
+func (c *Client) postRead8(raddr uint64, rkey uint32) error {
 	c.posted++
-	if err := c.qp.PostFetchAdd(c.posted, c.mr.Local(resultOff, 8), raddr, rkey, v, verbs.SendSignaled); err != nil {
+	if err := c.qp.PostRead(c.posted, c.mr.Local(resultOff, 8), raddr, rkey, verbs.SendSignaled); err != nil {
 		c.posted--
+		return err
+	}
+	c.stats.reads.Add(1)
+	c.stats.bytesRead.Add(8)
+	return nil
+}
+
+func (c *Client) fetchAdd(ctx context.Context, raddr uint64, rkey uint32, v uint64) (uint64, error) {
+	if err := c.postFetchAdd(raddr, rkey, v); err != nil {
 		return 0, err
 	}
-	c.stats.nicAtomics.Add(1)
 	if err := c.wait(ctx, c.posted, 0); err != nil {
 		return 0, err
 	}
 	return c.result(), nil
+}
+
+// postFetchAdd posts a fetch-and-add whose old value lands at resultOff.
+func (c *Client) postFetchAdd(raddr uint64, rkey uint32, v uint64) error {
+	c.posted++
+	if err := c.qp.PostFetchAdd(c.posted, c.mr.Local(resultOff, 8), raddr, rkey, v, verbs.SendSignaled); err != nil {
+		c.posted--
+		return err
+	}
+	c.stats.nicAtomics.Add(1)
+	return nil
 }
 
 func (c *Client) compareSwap(ctx context.Context, raddr uint64, rkey uint32, compare, swap uint64) (uint64, error) {

@@ -95,13 +95,22 @@
 // with expvar (expvar.Func(func() any { return srv.Stats() })), as
 // examples/sequencer does.
 //
+// # Requests
+//
+// RPut, RGet, RAccumulate and RGetAccumulate start an operation and return
+// a Request (MPI_Rput, MPI_Rget, MPI_Raccumulate, MPI_Rget_accumulate);
+// Wait or Test complete it. A client has one operation in flight at a
+// time: its next call (Unlock and Flush included, as MPI requires of
+// them) completes a request's operation first, so a request overlaps the
+// caller's own work, not the client's other calls; open several Clients
+// for operations in flight at once.
+//
 // # Not yet
 //
-// There are no request-based forms (RPut, RGet, ...), no non-contiguous
-// datatypes, no byte-order probe of the NIC's atomics (the group windows'
-// atomics.Probe), no unexposing a window while clients use it, and one
-// call at a time per Client (a Lock waiting for the server excepted: the
-// client's other calls go on meanwhile; open several Clients for
-// parallelism). Listen needs a specific IP address, not
-// 0.0.0.0.
+// There are no non-contiguous datatypes, no byte-order probe of the NIC's
+// atomics (the group windows' atomics.Probe), no unexposing a window while
+// clients use it, and one call at a time per Client (a Lock waiting for
+// the server excepted: the client's other calls go on meanwhile; open
+// several Clients for parallelism). Listen needs a specific IP address,
+// not 0.0.0.0.
 package service

@@ -85,3 +85,33 @@ func ExampleWindow_Lock() {
 	totals := datatype.AsBytes([]float64{1.5, 2.5})
 	fmt.Println(w.Accumulate(ctx, totals, datatype.Float64, 64, op.Sum))
 }
+
+// A client starts a read of a large block, does other work while it is in
+// flight, then waits for it. (It needs an RDMA device and a server, so it
+// only compiles here.)
+func ExampleWindow_RGet() {
+	ctx := context.Background()
+	cl, err := service.Dial(ctx, "10.0.0.1:7471", service.ClientConfig{Secret: []byte("a secret of 32 random bytes, or more")})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer cl.Close()
+	w, err := cl.Open(ctx, "records")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	block := make([]byte, 1<<16)
+	req, err := w.RGet(ctx, block, 0)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	// ... work that does not touch block ...
+	if err := req.Wait(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(block[0])
+}

@@ -355,14 +355,31 @@ func (w *Window) engine(ctx context.Context, kind uint8, o op.Op, dt datatype.Ba
 	if result != nil && kind != accCAS {
 		count = len(result) / dt.Size()
 	}
+	if err := w.sendAcc(kind, o, dt, disp, count, data, data2); err != nil {
+		return err
+	}
+	if err := c.wait(ctx, c.posted, c.seq); err != nil {
+		return err
+	}
+	return w.accReply(dt, o, result)
+}
+
+// sendAcc posts one accumulate message of count elements (see engine);
+// its reply carries c.seq. c.mu is held and begin has succeeded.
+func (w *Window) sendAcc(kind uint8, o op.Op, dt datatype.Basic, disp, count int, data, data2 []byte) error {
+	c := w.c
 	c.seq++
 	b := c.buf[sendOff:]
 	putAcc(b, c.seq, &accReq{win: w.id, kind: kind, op: o, dt: dt, disp: uint64(disp), count: uint32(count)})
 	n := accLen + copy(b[accLen:], data)
 	n += copy(b[n:], data2)
-	if err := c.request(ctx, n); err != nil {
-		return err
-	}
+	return c.send(n)
+}
+
+// accReply takes the reply to an accumulate message, in c.reply: the old
+// elements go to result (nil: none expected). c.mu is held.
+func (w *Window) accReply(dt datatype.Basic, o op.Op, result []byte) error {
+	c := w.c
 	switch c.reply[0] {
 	case msgOK:
 		if c.replyLen != headerLen+len(result) {

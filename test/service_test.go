@@ -391,6 +391,9 @@ func svcRound(ctx context.Context, addr string, i int, checkAllocs bool) (err er
 	if err := svcEngineCalls(ctx, cl, alpha, beta, i); err != nil {
 		return err
 	}
+	if err := svcRequestCalls(ctx, alpha, beta, i); err != nil {
+		return err
+	}
 	if err := alpha.Flush(ctx); err != nil {
 		return err
 	}

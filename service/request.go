@@ -1,0 +1,348 @@
+package service
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/onesided/rma/atomics"
+	"github.com/onesided/rma/datatype"
+	"github.com/onesided/rma/op"
+	"github.com/onesided/rma/verbs"
+	"github.com/onesided/rma/win"
+)
+
+// Request is an operation started by RPut, RGet, RAccumulate or
+// RGetAccumulate (MPI_Request). The call returns once the operation is
+// on its way; Wait or Test complete it, and so does the client's next
+// call: a client carries out its calls in order, one operation in flight
+// at a time, so a call that starts another operation (or Unlock, Flush,
+// Lock) first completes the one a request started. As in MPI, completion
+// is local: for RPut the origin buffer may be reused (here once the
+// server's NIC has acknowledged the write), for RGet and RGetAccumulate
+// the result buffer holds the data, and for RAccumulate the origin buffer
+// may be reused and the server's engine has answered. An operation larger
+// than one message (a Put or Get beyond the client's staging buffer, an
+// accumulate beyond one engine message, several 64-bit elements through
+// the NIC) sends all but its last piece before the call returns.
+//
+// A Request's methods are safe for concurrent use. Its error is the
+// operation's, as the blocking call would have returned it.
+type Request struct {
+	c    *Client
+	w    *Window
+	kind reqKind
+	wr   uint64 // the work request whose completion finishes it
+	seq  uint32 // reqEngine: the sequence number of the reply
+	dst  []byte // where the result goes (reqRead, reqNIC with a result, reqEngine)
+	dt   datatype.Basic
+	o    op.Op
+	done bool
+	err  error
+}
+
+type reqKind uint8
+
+const (
+	reqWrite  reqKind = iota // an RDMA WRITE from the staging buffer
+	reqRead                  // an RDMA READ into the staging buffer, then dst
+	reqNIC                   // a NIC atomic, its old value (if dst) to dst
+	reqEngine                // a message to the server's engine, its reply
+)
+
+// completed is a request finished before its call returned.
+func completed(err error) (*Request, error) {
+	if err != nil {
+		return nil, err
+	}
+	return &Request{done: true}, nil
+}
+
+// start records r as the client's operation in flight; c.mu is held.
+func (c *Client) start(r *Request) *Request {
+	r.c = c
+	c.pend = r
+	return r
+}
+
+// finishPending waits for the operation in flight and finishes its
+// request. It fails only if ctx ends first (the request then stays in
+// flight); the operation's own error goes to its request. c.mu is held.
+func (c *Client) finishPending(ctx context.Context) error {
+	r := c.pend
+	var err error
+	switch r.kind {
+	case reqWrite:
+		err = c.wait(ctx, r.wr, 0)
+	case reqRead:
+		if err = c.wait(ctx, r.wr, 0); err == nil {
+			copy(r.dst, c.buf[stagingOff:stagingOff+len(r.dst)])
+		}
+	case reqNIC:
+		if err = c.wait(ctx, r.wr, 0); err == nil && r.dst != nil {
+			binary.NativeEndian.PutUint64(r.dst, c.result())
+		}
+	case reqEngine:
+		if err = c.wait(ctx, r.wr, r.seq); err == nil {
+			err = r.w.accReply(r.dt, r.o, r.dst)
+		}
+	}
+	if err != nil && ctx.Err() != nil && c.err == nil {
+		if r.kind == reqEngine {
+			c.awaiting = 0 // the request waits for its reply itself
+		}
+		return ctx.Err()
+	}
+	r.done, r.err, c.pend = true, err, nil
+	return nil
+}
+
+// Wait waits until the operation completes (MPI_Wait) and returns its
+// error. If ctx ends first, it returns ctx's error and the operation stays
+// in flight: Wait again, or let the client's next call complete it. Wait on
+// a nil Request returns nil.
+func (r *Request) Wait(ctx context.Context) error {
+	if r == nil {
+		return nil
+	}
+	c := r.c
+	if c == nil {
+		return r.err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !r.done {
+		if err := c.finishPending(ctx); err != nil {
+			return err
+		}
+	}
+	return r.err
+}
+
+// Test reports whether the operation has completed, without waiting
+// (MPI_Test), and if it has, its error.
+func (r *Request) Test() (bool, error) {
+	if r == nil {
+		return true, nil
+	}
+	c := r.c
+	if c == nil {
+		return true, r.err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r.done {
+		return true, r.err
+	}
+	n, err := c.cq.Poll(c.wcs[:])
+	if err != nil {
+		c.fail(err)
+	}
+	for i := 0; i < n; i++ {
+		c.complete(&c.wcs[i])
+	}
+	if c.err == nil && !c.lost.Load() && (c.done < r.wr || r.kind == reqEngine && c.replySeq != r.seq) {
+		return false, nil
+	}
+	// Complete, or the connection failed: finishing does not wait.
+	if err := c.finishPending(context.Background()); err != nil {
+		return false, nil
+	}
+	return true, r.err
+}
+
+// RPut is the request-based Put (MPI_Rput): the data is copied to the
+// client's registered staging buffer and the WRITE posted; the request
+// completes when the server's NIC has acknowledged it.
+func (w *Window) RPut(ctx context.Context, src []byte, disp int) (*Request, error) {
+	if err := w.check(disp, len(src)); err != nil {
+		return nil, err
+	}
+	c := w.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.begin(ctx); err != nil {
+		return nil, err
+	}
+	if len(src) == 0 {
+		return completed(nil)
+	}
+	last := (len(src) - 1) / c.cfg.StagingSize * c.cfg.StagingSize
+	if err := c.write(ctx, src[:last], w.addr+uint64(disp), w.rkey); err != nil {
+		return nil, err
+	}
+	n := copy(c.buf[stagingOff:], src[last:])
+	c.posted++
+	if err := c.qp.PostWrite(c.posted, c.mr.Local(stagingOff, n), w.addr+uint64(disp+last), w.rkey, verbs.SendSignaled); err != nil {
+		c.posted--
+		return nil, err
+	}
+	c.stats.writes.Add(1)
+	c.stats.bytesWritten.Add(uint64(n))
+	return c.start(&Request{w: w, kind: reqWrite, wr: c.posted}), nil
+}
+
+// RGet is the request-based Get (MPI_Rget): dst holds the data once the
+// request completes.
+func (w *Window) RGet(ctx context.Context, dst []byte, disp int) (*Request, error) {
+	if err := w.check(disp, len(dst)); err != nil {
+		return nil, err
+	}
+	c := w.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.begin(ctx); err != nil {
+		return nil, err
+	}
+	if len(dst) == 0 {
+		return completed(nil)
+	}
+	last := (len(dst) - 1) / c.cfg.StagingSize * c.cfg.StagingSize
+	if err := c.read(ctx, dst[:last], w.addr+uint64(disp), w.rkey); err != nil {
+		return nil, err
+	}
+	n := len(dst) - last
+	c.posted++
+	if err := c.qp.PostRead(c.posted, c.mr.Local(stagingOff, n), w.addr+uint64(disp+last), w.rkey, verbs.SendSignaled); err != nil {
+		c.posted--
+		return nil, err
+	}
+	c.stats.reads.Add(1)
+	c.stats.bytesRead.Add(uint64(n))
+	return c.start(&Request{w: w, kind: reqRead, wr: c.posted, dst: dst[last:]}), nil
+}
+
+// RAccumulate is the request-based Accumulate (MPI_Raccumulate), with
+// Accumulate's checks, routes and atomicity. On 64-bit integers, the ops
+// that the NIC applies by compare-and-swap loops complete before the call
+// returns.
+func (w *Window) RAccumulate(ctx context.Context, origin []byte, dt datatype.Basic, disp int, o op.Op) (*Request, error) {
+	c := w.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := op.Check(o, dt, op.Accumulate); err != nil {
+		return nil, err
+	}
+	es := dt.Size()
+	if len(origin)%es != 0 {
+		return nil, fmt.Errorf("%w: origin of %d bytes is not whole %v elements", win.ErrInvalid, len(origin), dt)
+	}
+	if len(origin) == 0 {
+		return completed(nil)
+	}
+	if err := w.check(disp, len(origin)); err != nil {
+		return nil, err
+	}
+	if err := c.begin(ctx); err != nil {
+		return nil, err
+	}
+	route := w.policy.Accumulate(o, dt)
+	if route == atomics.NICCompareSwapLoop {
+		return completed(w.nic(ctx, route, o, origin, nil, disp))
+	}
+	return w.startAcc(ctx, route, accPlain, o, dt, disp, origin, nil)
+}
+
+// RGetAccumulate is the request-based GetAccumulate
+// (MPI_Rget_accumulate), with GetAccumulate's checks, routes and
+// atomicity: result holds the old elements once the request completes.
+// On 64-bit integers, the ops that the NIC applies by compare-and-swap
+// loops (REPLACE, MIN, MAX, ...) complete before the call returns.
+func (w *Window) RGetAccumulate(ctx context.Context, origin, result []byte, dt datatype.Basic, disp int, o op.Op) (*Request, error) {
+	c := w.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := op.Check(o, dt, op.GetAccumulate); err != nil {
+		return nil, err
+	}
+	es := dt.Size()
+	if o == op.NoOp && len(origin) == 0 {
+		origin = nil
+	} else if len(origin) != len(result) {
+		return nil, fmt.Errorf("%w: origin of %d bytes and result of %d", win.ErrInvalid, len(origin), len(result))
+	}
+	if len(result)%es != 0 {
+		return nil, fmt.Errorf("%w: result of %d bytes is not whole %v elements", win.ErrInvalid, len(result), dt)
+	}
+	if len(result) == 0 {
+		return completed(nil)
+	}
+	if err := w.check(disp, len(result)); err != nil {
+		return nil, err
+	}
+	if err := c.begin(ctx); err != nil {
+		return nil, err
+	}
+	route := w.policy.FetchAndOp(o, dt)
+	if route == atomics.NICCompareSwapLoop {
+		return completed(w.nic(ctx, route, o, origin, result, disp))
+	}
+	if o == op.NoOp && route == atomics.Engine {
+		origin = nil // MPI ignores the origin of NO_OP; the message carries none
+	}
+	return w.startAcc(ctx, route, accFetch, o, dt, disp, origin, result)
+}
+
+// startAcc carries out all but the last piece of an accumulate (result
+// nil) or get-accumulate on route, and starts the last: a NIC atomic for
+// the last element, or the last engine message. c.mu is held and begin
+// has succeeded; the operation is not empty.
+func (w *Window) startAcc(ctx context.Context, route atomics.Route, kind uint8, o op.Op, dt datatype.Basic, disp int, origin, result []byte) (*Request, error) {
+	c := w.c
+	n := len(origin)
+	if result != nil {
+		n = len(result)
+	}
+	piece := 8 // NIC: one element at a time
+	if route == atomics.Engine {
+		piece = maxAccData
+		if result != nil {
+			piece = maxFetchData
+		}
+		piece = piece / dt.Size() * dt.Size()
+	}
+	last := (n - 1) / piece * piece
+	slice := func(b []byte, from, to int) []byte {
+		if b == nil {
+			return nil
+		}
+		return b[from:to]
+	}
+	if last > 0 {
+		var err error
+		if route == atomics.Engine {
+			for off := 0; off < last && err == nil; off += piece {
+				err = w.engine(ctx, kind, o, dt, disp+off, slice(origin, off, off+piece), nil, slice(result, off, off+piece))
+			}
+		} else {
+			err = w.nic(ctx, route, o, slice(origin, 0, last), slice(result, 0, last), disp)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	data, res := slice(origin, last, n), slice(result, last, n)
+	if route == atomics.Engine {
+		if err := w.sendAcc(kind, o, dt, disp+last, (n-last)/dt.Size(), data, nil); err != nil {
+			return nil, err
+		}
+		return c.start(&Request{w: w, kind: reqEngine, wr: c.posted, seq: c.seq, dst: res, dt: dt, o: o}), nil
+	}
+	if err := w.checkAtomic(disp + last); err != nil {
+		return nil, err
+	}
+	addr := w.addr + uint64(disp+last)
+	var err error
+	switch route {
+	case atomics.NICFetchAdd:
+		err = c.postFetchAdd(addr, w.rkey, binary.NativeEndian.Uint64(data))
+	case atomics.NICRead:
+		err = c.postRead8(addr, w.rkey)
+	default:
+		err = fmt.Errorf("%w: route %v", win.ErrInvalid, route)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return c.start(&Request{w: w, kind: reqNIC, wr: c.posted, dst: res}), nil
+}
