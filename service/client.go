@@ -469,14 +469,10 @@ func (c *Client) complete(wc *verbs.WC) {
 
 func (c *Client) write(ctx context.Context, src []byte, raddr uint64, rkey uint32) error {
 	for len(src) > 0 {
-		n := copy(c.buf[stagingOff:], src)
-		c.posted++
-		if err := c.qp.PostWrite(c.posted, c.mr.Local(stagingOff, n), raddr, rkey, verbs.SendSignaled); err != nil {
-			c.posted--
+		n, err := c.postWrite(src, raddr, rkey)
+		if err != nil {
 			return err
 		}
-		c.stats.writes.Add(1)
-		c.stats.bytesWritten.Add(uint64(n))
 		if err := c.wait(ctx, c.posted, 0); err != nil {
 			return err
 		}
@@ -485,16 +481,26 @@ func (c *Client) write(ctx context.Context, src []byte, raddr uint64, rkey uint3
 	return nil
 }
 
+// postWrite copies what of src fits into the staging buffer and posts its
+// WRITE to raddr, returning how many bytes it took.
+func (c *Client) postWrite(src []byte, raddr uint64, rkey uint32) (int, error) {
+	n := copy(c.buf[stagingOff:stagingOff+c.cfg.StagingSize], src)
+	c.posted++
+	if err := c.qp.PostWrite(c.posted, c.mr.Local(stagingOff, n), raddr, rkey, verbs.SendSignaled); err != nil {
+		c.posted--
+		return 0, err
+	}
+	c.stats.writes.Add(1)
+	c.stats.bytesWritten.Add(uint64(n))
+	return n, nil
+}
+
 func (c *Client) read(ctx context.Context, dst []byte, raddr uint64, rkey uint32) error {
 	for len(dst) > 0 {
-		n := min(len(dst), c.cfg.StagingSize)
-		c.posted++
-		if err := c.qp.PostRead(c.posted, c.mr.Local(stagingOff, n), raddr, rkey, verbs.SendSignaled); err != nil {
-			c.posted--
+		n, err := c.postRead(len(dst), raddr, rkey)
+		if err != nil {
 			return err
 		}
-		c.stats.reads.Add(1)
-		c.stats.bytesRead.Add(uint64(n))
 		if err := c.wait(ctx, c.posted, 0); err != nil {
 			return err
 		}
@@ -502,6 +508,20 @@ func (c *Client) read(ctx context.Context, dst []byte, raddr uint64, rkey uint32
 		dst, raddr = dst[n:], raddr+uint64(n)
 	}
 	return nil
+}
+
+// postRead posts a READ of what of n bytes at raddr fits into the staging
+// buffer, returning how many bytes it reads.
+func (c *Client) postRead(n int, raddr uint64, rkey uint32) (int, error) {
+	n = min(n, c.cfg.StagingSize)
+	c.posted++
+	if err := c.qp.PostRead(c.posted, c.mr.Local(stagingOff, n), raddr, rkey, verbs.SendSignaled); err != nil {
+		c.posted--
+		return 0, err
+	}
+	c.stats.reads.Add(1)
+	c.stats.bytesRead.Add(uint64(n))
+	return n, nil
 }
 
 func (c *Client) result() uint64 { return binary.NativeEndian.Uint64(c.buf[resultOff:]) }

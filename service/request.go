@@ -8,7 +8,6 @@ import (
 	"github.com/onesided/rma/atomics"
 	"github.com/onesided/rma/datatype"
 	"github.com/onesided/rma/op"
-	"github.com/onesided/rma/verbs"
 	"github.com/onesided/rma/win"
 )
 
@@ -171,14 +170,9 @@ func (w *Window) RPut(ctx context.Context, src []byte, disp int) (*Request, erro
 	if err := c.write(ctx, src[:last], w.addr+uint64(disp), w.rkey); err != nil {
 		return nil, err
 	}
-	n := copy(c.buf[stagingOff:], src[last:])
-	c.posted++
-	if err := c.qp.PostWrite(c.posted, c.mr.Local(stagingOff, n), w.addr+uint64(disp+last), w.rkey, verbs.SendSignaled); err != nil {
-		c.posted--
+	if _, err := c.postWrite(src[last:], w.addr+uint64(disp+last), w.rkey); err != nil {
 		return nil, err
 	}
-	c.stats.writes.Add(1)
-	c.stats.bytesWritten.Add(uint64(n))
 	return c.start(&Request{w: w, kind: reqWrite, wr: c.posted}), nil
 }
 
@@ -201,14 +195,9 @@ func (w *Window) RGet(ctx context.Context, dst []byte, disp int) (*Request, erro
 	if err := c.read(ctx, dst[:last], w.addr+uint64(disp), w.rkey); err != nil {
 		return nil, err
 	}
-	n := len(dst) - last
-	c.posted++
-	if err := c.qp.PostRead(c.posted, c.mr.Local(stagingOff, n), w.addr+uint64(disp+last), w.rkey, verbs.SendSignaled); err != nil {
-		c.posted--
+	if _, err := c.postRead(len(dst)-last, w.addr+uint64(disp+last), w.rkey); err != nil {
 		return nil, err
 	}
-	c.stats.reads.Add(1)
-	c.stats.bytesRead.Add(uint64(n))
 	return c.start(&Request{w: w, kind: reqRead, wr: c.posted, dst: dst[last:]}), nil
 }
 

@@ -345,19 +345,29 @@ func (b *bench) latency(ctx context.Context, k kase, n int) (result, error) {
 		name += "_flush"
 	}
 	b.prog.start(name+" latency", int64(n))
+	r := result{Name: name, Op: k.op, Mode: "latency", Route: k.route, Bytes: k.size, Flush: k.async}
+	if err := b.timeLatency(one, n, &r); err != nil {
+		return result{}, err
+	}
+	return r, nil
+}
+
+// timeLatency calls one b.c.warmup times, then n times, and sets r's
+// iterations, latency figures and allocations per call. As perftest does,
+// it reads the clock once per call: call i takes from stamp i to stamp
+// i+1.
+func (b *bench) timeLatency(one func() error, n int, r *result) error {
 	for i := 0; i < b.c.warmup; i++ {
 		if err := one(); err != nil {
-			return result{}, err
+			return err
 		}
 	}
-	// As perftest does, one clock reading per operation: operation i takes
-	// from stamp i to stamp i+1.
 	stamps := make([]uint64, n+1)
 	m0 := mallocs()
 	stamps[0] = b.clock.stamp()
 	for i := 1; i <= n; i++ {
 		if err := one(); err != nil {
-			return result{}, err
+			return err
 		}
 		stamps[i] = b.clock.stamp()
 		b.prog.add(1)
@@ -367,11 +377,10 @@ func (b *bench) latency(ctx context.Context, k kase, n int) (result, error) {
 	for i := range lat {
 		lat[i] = b.clock.duration(stamps[i+1] - stamps[i])
 	}
-	r := result{Name: name, Op: k.op, Mode: "latency", Route: k.route, Bytes: k.size, Iterations: n, Flush: k.async,
-		AllocsPerOp: float64(m1-m0) / float64(n)}
+	r.Iterations, r.AllocsPerOp = n, float64(m1-m0)/float64(n)
 	s := latencyStats(lat)
 	r.MinUS, r.TypicalUS, r.AvgUS, r.StdevUS, r.P99US, r.P999US, r.MaxUS = s.min, s.typical, s.avg, s.stdev, s.p99, s.p999, s.max
-	return r, nil
+	return nil
 }
 
 // stats are perftest's latency figures, in microseconds.

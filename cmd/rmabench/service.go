@@ -350,38 +350,19 @@ func (s *svcBench) latency(ctx context.Context, b *bench, kase string, n int) (r
 		return nil
 	}
 	b.prog.start(kase+" latency", int64(n))
-	for i := 0; i < b.c.warmup; i++ {
-		if err := one(); err != nil {
-			return result{}, err
-		}
-	}
-	if first {
+	if b.c.warmup == 0 {
 		if err := one(); err != nil { // learn the word's value
 			return result{}, err
 		}
-	}
-	stamps := make([]uint64, n+1)
-	m0 := mallocs()
-	stamps[0] = b.clock.stamp()
-	for i := 1; i <= n; i++ {
-		if err := one(); err != nil {
-			return result{}, err
-		}
-		stamps[i] = b.clock.stamp()
-		b.prog.add(1)
-	}
-	m1 := mallocs()
-	lat := make([]time.Duration, n)
-	for i := range lat {
-		lat[i] = b.clock.duration(stamps[i+1] - stamps[i])
 	}
 	o := "fetch_and_op"
 	if kase == svcCompareAndSwap {
 		o = "compare_and_swap"
 	}
-	r = result{Name: kase, Op: o, Mode: "latency", Route: opService, Bytes: 8, Iterations: n, AllocsPerOp: float64(m1-m0) / float64(n)}
-	st := latencyStats(lat)
-	r.MinUS, r.TypicalUS, r.AvgUS, r.StdevUS, r.P99US, r.P999US, r.MaxUS = st.min, st.typical, st.avg, st.stdev, st.p99, st.p999, st.max
+	r = result{Name: kase, Op: o, Mode: "latency", Route: opService, Bytes: 8}
+	if err := b.timeLatency(one, n, &r); err != nil {
+		return result{}, err
+	}
 	return r, nil
 }
 
