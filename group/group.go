@@ -14,6 +14,7 @@ import (
 	"github.com/onesided/rma/fallback"
 	"github.com/onesided/rma/internal/bootstrap"
 	"github.com/onesided/rma/internal/fabric"
+	"github.com/onesided/rma/internal/procs"
 	"github.com/onesided/rma/verbs"
 )
 
@@ -154,7 +155,12 @@ type Group struct {
 // prove they hold the secret; every pair of ranks opens a liveness
 // connection, over which their RC queue pair is set up when first used.
 // It returns when every rank has joined.
+//
+// A process with one P (GOMAXPROCS 1, the default on a one-CPU machine)
+// gets a second one, unless the GOMAXPROCS environment variable set it:
+// see "One CPU" in the package documentation.
 func Join(ctx context.Context, o Options) (*Group, error) {
+	procs.Ensure()
 	boot, err := bootstrap.Join(ctx, bootstrap.Config{Rank: o.Rank, Size: o.Size, Addr: o.Addr, Secret: o.Secret})
 	if err != nil {
 		return nil, fmt.Errorf("group: %w", err)

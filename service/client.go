@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/onesided/rma/atomics"
+	"github.com/onesided/rma/internal/procs"
 	"github.com/onesided/rma/verbs"
 	"github.com/onesided/rma/win"
 )
@@ -79,7 +80,12 @@ const (
 //
 // A Client may be used by many goroutines at once; its calls are carried
 // out one at a time. Close it to release its connection and memory.
+//
+// Like Listen, Dial gives a process with one P (GOMAXPROCS 1) a second
+// one unless the GOMAXPROCS environment variable set it (see the package
+// documentation).
 func Dial(ctx context.Context, addr string, cfg ClientConfig) (c *Client, err error) {
+	procs.Ensure()
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}

@@ -105,6 +105,14 @@
 // caller's own work, not the client's other calls; open several Clients
 // for operations in flight at once.
 //
+// # One CPU
+//
+// Listen and Dial raise GOMAXPROCS from 1 to 2 unless the GOMAXPROCS
+// environment variable set it, as group.Join does: with one P, the Go
+// runtime takes the P from a goroutine whose C call (a post, a poll)
+// outlasts 20 us and hands it to another thread, which on a one-CPU
+// machine costs context switches on every call (package group, "One CPU").
+//
 // # Not yet
 //
 // There are no non-contiguous datatypes, no byte-order probe of the NIC's

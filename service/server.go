@@ -12,6 +12,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/onesided/rma/internal/procs"
 	"github.com/onesided/rma/verbs"
 	"github.com/onesided/rma/win"
 )
@@ -103,6 +104,7 @@ const maxConnSends = 6
 // receive CQ and one send CQ (sized for cfg.MaxConns), so the server's
 // memory does not grow with its clients beyond one QP each.
 func Listen(ctx context.Context, addr string, cfg ServerConfig) (s *Server, err error) {
+	procs.Ensure()
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
