@@ -394,6 +394,7 @@ func (c *Client) wait(ctx context.Context, wr uint64, reply uint32) error {
 	spins, armed := 0, false
 	for {
 		n, err := c.cq.Poll(c.wcs[:])
+		procs.Polled()
 		if err != nil {
 			c.fail(err)
 		}

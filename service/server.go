@@ -506,6 +506,7 @@ func (s *Server) controlLoop() {
 			s.received(&wcs[i], reply[:])
 		}
 		m, _ := s.scq.Poll(wcs[:])
+		procs.Polled()
 		if m > 0 {
 			s.mu.Lock()
 			for i := 0; i < m; i++ {

@@ -3,11 +3,11 @@ package fabric
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/onesided/rma/internal/procs"
 	"github.com/onesided/rma/verbs"
 )
 
@@ -288,6 +288,7 @@ func (f *Fabric) engine(ctx context.Context) {
 		f.pollRecvLocked()
 		if m.requests != before {
 			m.recvMu.Unlock()
+			procs.Polled()
 			now := time.Now()
 			if d := now.Sub(lastReq); d < maxSpin {
 				gap += (d - gap) / 8
@@ -298,6 +299,7 @@ func (f *Fabric) engine(ctx context.Context) {
 		}
 		if i&63 != 0 {
 			m.recvMu.Unlock()
+			procs.Polled()
 			if i&15 == 0 {
 				yield()
 			}
@@ -305,7 +307,6 @@ func (f *Fabric) engine(ctx context.Context) {
 		}
 		if time.Since(lastReq) < spin {
 			m.recvMu.Unlock()
-			runtime.Gosched()
 			continue
 		}
 		// Idle. While callers poll for replies, they serve requests too:
@@ -664,6 +665,7 @@ func (f *Fabric) progressMsg(ctx context.Context, rank int, done func() bool) er
 			f.pollLocked()
 			f.pollMu.Unlock()
 		}
+		procs.Polled()
 		if spinStart.IsZero() {
 			spinStart = time.Now()
 			continue
@@ -673,9 +675,6 @@ func (f *Fabric) progressMsg(ctx context.Context, rank int, done func() bool) er
 		}
 		if time.Since(spinStart) < f.replySpin {
 			yield()
-			if i&63 == 0 {
-				runtime.Gosched() // let the P's other goroutines run (GOMAXPROCS may be 1)
-			}
 			continue
 		}
 		if time.Since(start) > f.peerTimeout {

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/onesided/rma/internal/procs"
 	"github.com/onesided/rma/verbs"
 )
 
@@ -118,6 +119,7 @@ func (f *Fabric) progressUntil(ctx context.Context, done func() bool, s *slot) e
 				spinStart, empty = time.Time{}, 0
 			}
 			f.pollMu.Unlock()
+			procs.Polled()
 			continue
 		}
 		// Another goroutine polls for everyone; wait to be woken or to take over.
