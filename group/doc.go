@@ -40,9 +40,9 @@
 // post then costs context switches, and the monitor keeps waking every
 // 20 us. Join therefore raises GOMAXPROCS from 1 to 2 unless the GOMAXPROCS
 // environment variable set it; Go code still runs on the CPUs there are.
-// In the one-CPU test guests this took a post from 150 to 190 us down to
-// about 75 us (a C program's post: 61 to 75 us) and a SEND round trip of
-// Go code from 570 to 630 us down to 370 to 400 us. A goroutine that polls
+// In the one-CPU test guests, a loop of SENDs between two hosts from Go
+// took 540 to 630 us a round trip with one P and 370 to 400 us with two
+// (from C: 270 to 360 us). A goroutine that polls
 // passes through the scheduler once in 1024 polls: one that goes from call
 // to call without blocking would otherwise be taken for a long-running one
 // after 10 ms, and the monitor would again take its P from a C call. Pollers
