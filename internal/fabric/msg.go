@@ -276,8 +276,9 @@ func (f *Fabric) engine(ctx context.Context) {
 	// gaps shorter than maxSpin), so that a peer whose round trip is
 	// longer than engineSpin finds the engine awake, at most maxSpin.
 	// Replies to this rank's own requests do not extend it: their waiters
-	// poll for them. The clock is read once every 64 idle polls, the CPU
-	// yielded every 16 and the P every 64 (another goroutine may need it).
+	// poll for them. The clock is read once every 64 idle polls and the
+	// CPU yielded every 16 (when threads wait for one: yield); the P is
+	// given up as procs.Polled says.
 	maxSpin := 16 * f.engineSpin
 	var lastReq time.Time
 	var gap time.Duration
