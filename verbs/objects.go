@@ -360,7 +360,15 @@ func (cq *CQ) Poll(wcs []WC) (int, error) {
 }
 
 // ReqNotify arms the CQ: its next completion sends an event to its channel.
-func (cq *CQ) ReqNotify() error { return reqNotify(cq.p) }
+func (cq *CQ) ReqNotify() error { return reqNotify(cq.p, false) }
+
+// ReqNotifySolicited arms the CQ for solicited completions only: the next
+// receive of a message its sender posted with SendSolicited sends an event
+// to its channel (the verbs specification lets a failed completion send
+// one too). Other completions enter the CQ without an event. An arming by
+// ReqNotify that is still pending takes precedence (ibv_req_notify_cq with
+// solicited_only set).
+func (cq *CQ) ReqNotifySolicited() error { return reqNotify(cq.p, true) }
 
 // Close destroys the CQ. Its QPs must be closed first.
 func (cq *CQ) Close() error {

@@ -44,7 +44,7 @@ static int go_query_port(struct ibv_context *c, int port, struct ibv_port_attr *
 	return ibv_query_port(c, port, a);
 }
 
-static int go_req_notify(struct ibv_cq *cq) { return ibv_req_notify_cq(cq, 0); }
+static int go_req_notify(struct ibv_cq *cq, int solicited) { return ibv_req_notify_cq(cq, solicited); }
 
 // go_get_cq_event returns 0 and acknowledges one event, or -errno.
 static int go_get_cq_event(struct ibv_comp_channel *ch) {
@@ -453,8 +453,12 @@ func pollCQ(p unsafe.Pointer, wcs []WC) (int, error) {
 	return int(r), nil
 }
 
-func reqNotify(p unsafe.Pointer) error {
-	if r := C.go_req_notify((*C.struct_ibv_cq)(p)); r != 0 {
+func reqNotify(p unsafe.Pointer, solicited bool) error {
+	s := C.int(0)
+	if solicited {
+		s = 1
+	}
+	if r := C.go_req_notify((*C.struct_ibv_cq)(p), s); r != 0 {
 		return errnoErr("request CQ notification", r)
 	}
 	return nil

@@ -29,7 +29,7 @@ func destroyCompChannel(unsafe.Pointer) error         { return ErrNotSupported }
 func getCQEvent(unsafe.Pointer) (bool, error)         { return false, ErrNotSupported }
 func destroyCQ(unsafe.Pointer) error                  { return ErrNotSupported }
 func pollCQ(unsafe.Pointer, []WC) (int, error)        { return 0, ErrNotSupported }
-func reqNotify(unsafe.Pointer) error                  { return ErrNotSupported }
+func reqNotify(unsafe.Pointer, bool) error            { return ErrNotSupported }
 func destroyQP(unsafe.Pointer) error                  { return ErrNotSupported }
 func qpInit(unsafe.Pointer, int, Access) error        { return ErrNotSupported }
 func qpRTR(unsafe.Pointer, *Path, Endpoint) error     { return ErrNotSupported }

@@ -92,17 +92,11 @@ type messaging struct {
 	repFree  chan uint16
 	h        Handlers
 	recvMu   sync.Mutex
-	requests uint64 // requests served (under recvMu): the engine spins while they come
-	// pollers: callers inside progressMsg's spin, polling the receive CQ
-	// for everyone. While there are any, the idle engine leaves the CQ
-	// unarmed (standDown), so that their replies raise no completion event
-	// that would wake it for nothing; the last poller out arms it again.
-	pollers   atomic.Int32
-	standDown atomic.Bool
-	wcs       []verbs.WC // 32, in Fabric.mem
-	stop      context.CancelFunc
-	done      chan struct{}
-	started   bool
+	requests uint64     // requests served (under recvMu): the engine spins while they come
+	wcs      []verbs.WC // 32, in Fabric.mem
+	stop     context.CancelFunc
+	done     chan struct{}
+	started  bool
 }
 
 // msgBuffers is how many receive, request and reply buffers a process of a
@@ -276,12 +270,15 @@ func (f *Fabric) engine(ctx context.Context) {
 	// gaps shorter than maxSpin), so that a peer whose round trip is
 	// longer than engineSpin finds the engine awake, at most maxSpin.
 	// Replies to this rank's own requests do not extend it: their waiters
-	// poll for them. The clock is read once every 64 idle polls and the
-	// CPU yielded every 16 (when threads wait for one: yield); the P is
-	// given up as procs.Polled says.
+	// poll for them. The clock (the monotonic one alone) is read once
+	// every 64 polls that serve nothing, never per request: a request
+	// counts from the first reading after it. The CPU is yielded every 16
+	// polls (when threads wait for one: yield); the P is given up as
+	// procs.Polled says.
 	maxSpin := 16 * f.engineSpin
-	var lastReq time.Time
-	var gap time.Duration
+	epoch := time.Now()
+	lastReq, gap := -maxSpin, time.Duration(0) // lastReq: since epoch
+	fresh := false                             // requests served since the last reading
 	spin := f.engineSpin
 	for i := 1; ctx.Err() == nil; i++ {
 		m.recvMu.Lock()
@@ -290,12 +287,7 @@ func (f *Fabric) engine(ctx context.Context) {
 		if m.requests != before {
 			m.recvMu.Unlock()
 			procs.Polled()
-			now := time.Now()
-			if d := now.Sub(lastReq); d < maxSpin {
-				gap += (d - gap) / 8
-				spin = min(max(f.engineSpin, 3*gap), maxSpin)
-			}
-			lastReq = now
+			fresh = true
 			continue
 		}
 		if i&63 != 0 {
@@ -306,27 +298,34 @@ func (f *Fabric) engine(ctx context.Context) {
 			}
 			continue
 		}
-		if time.Since(lastReq) < spin {
+		now := time.Since(epoch)
+		if fresh {
+			fresh = false
+			if d := now - lastReq; d < maxSpin {
+				gap += (d - gap) / 8
+				spin = min(max(f.engineSpin, 3*gap), maxSpin)
+			}
+			lastReq = now
+		}
+		if now-lastReq < spin {
 			m.recvMu.Unlock()
 			continue
 		}
-		// Idle. While callers poll for replies, they serve requests too:
-		// leave the CQ unarmed and sleep until the last of them arms it.
-		// Otherwise arm, check once more, and sleep on the channel.
-		m.standDown.Store(true)
-		if m.pollers.Load() == 0 {
-			m.standDown.Store(false)
-			if err := m.cq.ReqNotify(); err != nil {
-				m.recvMu.Unlock()
-				return
-			}
+		// Idle: arm, check once more, and sleep on the channel. Requests
+		// are sent solicited and replies not, and the CQ is armed for
+		// solicited completions only: a reply, polled by the caller who
+		// waits for it, does not wake the engine (a caller that sleeps
+		// arms the CQ for any completion, progressMsg).
+		if err := m.cq.ReqNotifySolicited(); err != nil {
+			m.recvMu.Unlock()
+			return
 		}
 		before = m.requests
 		f.pollRecvLocked()
 		served := m.requests != before
 		m.recvMu.Unlock()
 		if served {
-			lastReq = time.Now()
+			fresh = true
 			continue
 		}
 		// No context to Wait (whose cancellation would cost allocations
@@ -575,10 +574,11 @@ func (f *Fabric) Send(rank, c, n int) error {
 	cr.conn = cn
 	cr.state.Store(slotBusy) // publishes the caller's records of the request to the reply handler
 	f.posting(id, p, cn)
+	// Solicited: the peer's idle engine sleeps until a request comes.
 	if n <= f.maxInline {
-		err = cn.qp.PostSendInlineImm(uint64(id), m.mem[off:off+n], uint32(c), verbs.SendSignaled)
+		err = cn.qp.PostSendInlineImm(uint64(id), m.mem[off:off+n], uint32(c), verbs.SendSignaled|verbs.SendSolicited)
 	} else {
-		err = cn.qp.PostSendImm(uint64(id), m.mr.Local(off, n), uint32(c), verbs.SendSignaled)
+		err = cn.qp.PostSendImm(uint64(id), m.mr.Local(off, n), uint32(c), verbs.SendSignaled|verbs.SendSolicited)
 	}
 	if err != nil {
 		f.unpost(id, p, cn)
@@ -630,17 +630,12 @@ func (f *Fabric) progressMsg(ctx context.Context, rank int, done func() bool) er
 		return nil
 	}
 	wake := m.peers[rank].wake
-	var spinStart time.Time
-	start := time.Now()
+	// The clock is read once in 16 empty polls (it can cost as much as a
+	// poll), from the 16th: a reply that comes sooner costs no reading.
+	var start, spinStart time.Time
 	var timer *time.Timer
-	m.pollers.Add(1)
-	polling := true
-	defer func() {
-		if polling {
-			f.leavePolling()
-		}
-	}()
-	for i := 0; ; i++ {
+	empty := 0
+	for {
 		if done() {
 			return nil
 		}
@@ -650,15 +645,11 @@ func (f *Fabric) progressMsg(ctx context.Context, rank int, done func() bool) er
 		if err := f.peerErr(rank); err != nil {
 			return err
 		}
-		if !polling {
-			m.pollers.Add(1)
-			polling = true
-		}
 		if m.recvMu.TryLock() {
 			n := f.pollRecvLocked()
 			m.recvMu.Unlock()
 			if n > 0 {
-				spinStart = time.Time{}
+				spinStart, empty = time.Time{}, 0
 				continue
 			}
 		}
@@ -667,11 +658,14 @@ func (f *Fabric) progressMsg(ctx context.Context, rank int, done func() bool) er
 			f.pollMu.Unlock()
 		}
 		procs.Polled()
-		if spinStart.IsZero() {
-			spinStart = time.Now()
+		if empty++; empty&15 != 0 {
 			continue
 		}
-		if i&15 != 0 {
+		if spinStart.IsZero() {
+			spinStart = time.Now()
+			if start.IsZero() {
+				start = spinStart
+			}
 			continue
 		}
 		if time.Since(spinStart) < f.replySpin {
@@ -685,8 +679,17 @@ func (f *Fabric) progressMsg(ctx context.Context, rank int, done func() bool) er
 			start = time.Now()
 		}
 		// Sleep until the engine goroutine signals, re-checking every ms.
-		f.leavePolling()
-		polling = false
+		// The engine sleeps until a request comes (ReqNotifySolicited):
+		// arm the CQ for any completion, so that the reply wakes it, and
+		// poll once more for what came before the arming.
+		m.cq.ReqNotify() // if it fails, the timer still re-checks
+		if m.recvMu.TryLock() {
+			f.pollRecvLocked()
+			m.recvMu.Unlock()
+		}
+		if done() {
+			return nil
+		}
 		if timer == nil {
 			timer = time.NewTimer(time.Millisecond)
 		} else {
@@ -700,27 +703,6 @@ func (f *Fabric) progressMsg(ctx context.Context, rank int, done func() bool) er
 		timer.Stop()
 		spinStart = time.Time{}
 	}
-}
-
-// leavePolling ends a caller's turn at polling the receive CQ. The last
-// poller out re-arms the CQ if the engine stood down (its sleep needs an
-// event), and polls once more for what came before the arming. The
-// engine's store to standDown and this Add are both sequentially
-// consistent, so one side or the other sees that the CQ must be armed.
-func (f *Fabric) leavePolling() {
-	m := &f.m
-	if m.pollers.Add(-1) != 0 || !m.standDown.Load() {
-		return
-	}
-	m.recvMu.Lock()
-	if m.standDown.Load() && m.pollers.Load() == 0 {
-		m.standDown.Store(false)
-		if err := m.cq.ReqNotify(); err != nil {
-			m.ch.Wake() // the engine then arms it itself
-		}
-		f.pollRecvLocked()
-	}
-	m.recvMu.Unlock()
 }
 
 // Progress polls both completion queues once, if nobody else is.
