@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -26,6 +27,7 @@ import (
 func init() {
 	workers["reconnect"] = workReconnect
 	workers["wakeup"] = workWakeup
+	workers["replywake"] = workReplyWake
 }
 
 // stacks prints every goroutine's stack: what a stalled call waits for.
@@ -621,5 +623,93 @@ func TestProgressWakeup(t *testing.T) {
 		if v := value(t, out, "wakeup"); len(v) < 2 || v[:2] != "ok" {
 			t.Errorf("rank %d: wakeup=%s", r, v)
 		}
+	}
+}
+
+const (
+	replyWakeCalls = 100
+	replyWakeElems = 4096 // 32 KiB a call each way: a reply that takes a while
+)
+
+// workReplyWake (2 ranks, RMA_REPLY_SPIN=1us, RMA_ENGINE_SPIN=1us): rank 1
+// calls GetAccumulate(SUM) of replyWakeElems float64s (the engine's, not
+// the NIC's) on rank 0 every 2 ms, so
+// that each request finds rank 0's engine asleep (woken only by a
+// solicited completion: a request) and each call sleeps before its reply
+// comes (its own engine, asleep too, must be woken by the reply). Every
+// old value of call i must be i; it prints how the reply waits ended.
+func workReplyWake(ctx context.Context, g *group.Group) error {
+	w, err := win.Allocate(ctx, g, 8*replyWakeElems, 1)
+	if err != nil {
+		return err
+	}
+	if err := g.Barrier(ctx); err != nil {
+		return err
+	}
+	if g.Rank() == 1 {
+		if err := w.Lock(ctx, win.LockShared, 0, 0); err != nil {
+			return err
+		}
+		ones := make([]byte, 8*replyWakeElems)
+		for k := 0; k < replyWakeElems; k++ {
+			binary.NativeEndian.PutUint64(ones[8*k:], math.Float64bits(1))
+		}
+		old := make([]byte, 8*replyWakeElems)
+		for i := 0; i < replyWakeCalls; i++ {
+			time.Sleep(2 * time.Millisecond)
+			cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			err := w.GetAccumulate(cctx, ones, old, datatype.Float64, 0, 0, op.Sum)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("call %d: %w", i, err)
+			}
+			for k := 0; k < replyWakeElems; k++ {
+				if got := math.Float64frombits(binary.NativeEndian.Uint64(old[8*k:])); got != float64(i) {
+					return fmt.Errorf("call %d: old value of element %d: %v, want %d", i, k, got, i)
+				}
+			}
+		}
+		if err := w.Unlock(ctx, 0); err != nil {
+			return err
+		}
+	}
+	if err := g.Barrier(ctx); err != nil {
+		return err
+	}
+	if g.Rank() == 0 {
+		for k := 0; k < replyWakeElems; k++ {
+			if got := math.Float64frombits(binary.NativeEndian.Uint64(w.Bytes()[8*k:])); got != replyWakeCalls {
+				return fmt.Errorf("rank 0's element %d: %v, want %d", k, got, replyWakeCalls)
+			}
+		}
+	}
+	slept, woken := fabric.OfGroup(g).ReplyWaits()
+	fmt.Printf("replywake=ok slept=%d woken=%d\n", slept, woken)
+	return w.Free(ctx)
+}
+
+// TestReplyWake: requests wake an idle engine (they are sent solicited,
+// and the engine arms its CQ for solicited completions), and a caller that
+// sleeps waiting for a reply is woken by it through its own engine rather
+// than by the 1 ms re-check: at least half of the sleeps must end so. A
+// request that failed to wake the target would fail its call (20 s bound).
+func TestReplyWake(t *testing.T) {
+	l := newLaunch(t, "replywake", 2, "RMA_REPLY_SPIN=1us", "RMA_ENGINE_SPIN=1us")
+	outs := l.run(2 * time.Minute)
+	for r, out := range outs {
+		if v := value(t, out, "replywake"); !strings.HasPrefix(v, "ok") {
+			t.Errorf("rank %d: replywake=%s", r, v)
+		}
+	}
+	var slept, woken int
+	if _, err := fmt.Sscanf(value(t, outs[1], "replywake"), "ok slept=%d woken=%d", &slept, &woken); err != nil {
+		t.Fatalf("rank 1's counts: %v", err)
+	}
+	t.Logf("rank 1: %d calls, %d reply waits slept, %d of them woken by their reply", replyWakeCalls, slept, woken)
+	if slept < replyWakeCalls/4 {
+		t.Errorf("only %d of %d calls slept waiting for their reply: the test did not reach the path it checks (RMA_REPLY_SPIN=1us)", slept, replyWakeCalls)
+	}
+	if woken < slept/2 {
+		t.Errorf("%d of %d sleeps ended by their reply, want at least half: the reply did not wake the caller's engine", woken, slept)
 	}
 }

@@ -36,8 +36,12 @@ import (
 // Receive completions arrive on their own CQ. The engine goroutine polls it,
 // spins a little when work arrives, and sleeps on its completion channel
 // when idle; a goroutine waiting for a reply polls it too, so a reply does
-// not need a thread switch to be seen. Handlers run under recvMu, one at a
-// time.
+// not need a thread switch to be seen. Requests are sent solicited
+// (IBV_SEND_SOLICITED) and replies not, and the idle engine arms the CQ
+// for solicited completions only: a request wakes it, a reply does not
+// (its waiter polls for it; one that has polled for ReplySpin and goes to
+// sleep arms the CQ for any completion, so that its reply wakes the
+// engine, which wakes it). Handlers run under recvMu, one at a time.
 
 const replyFlag = 1 << 31
 
@@ -94,9 +98,12 @@ type messaging struct {
 	recvMu   sync.Mutex
 	requests uint64     // requests served (under recvMu): the engine spins while they come
 	wcs      []verbs.WC // 32, in Fabric.mem
-	stop     context.CancelFunc
-	done     chan struct{}
-	started  bool
+	// Reply waits that slept, and those of them a released credit ended
+	// (the rest ended by the periodic re-check or their context).
+	slept, woken atomic.Uint64
+	stop         context.CancelFunc
+	done         chan struct{}
+	started      bool
 }
 
 // msgBuffers is how many receive, request and reply buffers a process of a
@@ -687,9 +694,14 @@ func (f *Fabric) progressMsg(ctx context.Context, rank int, done func() bool) er
 			f.pollRecvLocked()
 			m.recvMu.Unlock()
 		}
+		select {
+		case <-wake: // a release that came before: done tells
+		default:
+		}
 		if done() {
 			return nil
 		}
+		m.slept.Add(1)
 		if timer == nil {
 			timer = time.NewTimer(time.Millisecond)
 		} else {
@@ -697,12 +709,21 @@ func (f *Fabric) progressMsg(ctx context.Context, rank int, done func() bool) er
 		}
 		select {
 		case <-wake:
+			m.woken.Add(1)
 		case <-timer.C:
 		case <-ctx.Done():
 		}
 		timer.Stop()
 		spinStart = time.Time{}
 	}
+}
+
+// ReplyWaits reports how many times a caller waiting for a reply went to
+// sleep, and how many of those sleeps ended because a credit came back
+// (the engine, woken by the completion, handled the reply); the others
+// ended by the periodic re-check or their context.
+func (f *Fabric) ReplyWaits() (slept, woken uint64) {
+	return f.m.slept.Load(), f.m.woken.Load()
 }
 
 // Progress polls both completion queues once, if nobody else is.
