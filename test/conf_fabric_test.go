@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/onesided/rma/atomics"
 	"github.com/onesided/rma/datatype"
 	"github.com/onesided/rma/group"
 	"github.com/onesided/rma/internal/fabric"
@@ -28,6 +29,7 @@ func init() {
 	workers["reconnect"] = workReconnect
 	workers["wakeup"] = workWakeup
 	workers["replywake"] = workReplyWake
+	workers["words"] = workWords
 }
 
 // stacks prints every goroutine's stack: what a stalled call waits for.
@@ -711,5 +713,126 @@ func TestReplyWake(t *testing.T) {
 	}
 	if woken < slept/2 {
 		t.Errorf("%d of %d sleeps ended by their reply, want at least half: the reply did not wake the caller's engine", woken, slept)
+	}
+}
+
+const (
+	wordsN    = 1000 // 64-bit words each rank updates in its peer's window
+	wordsBase = 1000 // the peer's word i starts at wordsBase*(rank+1) + i
+)
+
+// workWords (2 ranks, RMA_SLOTS=4: fewer slots than a call keeps in
+// flight): multi-element accumulates on 64-bit integers, which go to the
+// NIC one word each, several in flight. Each rank, on its peer's words:
+// Accumulate(SUM) of i+1 to word i; GetAccumulate(SUM) of 1 through a
+// strided target type (every third word, pairs); GetAccumulate(NO_OP) of
+// every word; then an Accumulate(SUM) whose context ends at once (it may
+// fail part way: every word must then hold its old value or its new one)
+// and a GetAccumulate(NO_OP) after it. Every value is checked exactly.
+func workWords(ctx context.Context, g *group.Group) error {
+	me := g.Rank()
+	peer := 1 - me
+	w, err := win.Allocate(ctx, g, 8*wordsN, 8)
+	if err != nil {
+		return err
+	}
+	if r := w.Route(op.Sum, datatype.Int64); r != atomics.NICFetchAdd {
+		return fmt.Errorf("route of SUM on int64: %v, want %v", r, atomics.NICFetchAdd)
+	}
+	words := make([]int64, wordsN)
+	for i := range words {
+		words[i] = int64(wordsBase*(me+1) + i)
+	}
+	copy(w.Bytes(), datatype.AsBytes(words))
+	if err := g.Barrier(ctx); err != nil {
+		return err
+	}
+	if err := w.LockAll(ctx); err != nil {
+		return err
+	}
+	start := func(i int) int64 { return int64(wordsBase*(peer+1) + i) }
+	want := make([]int64, wordsN)
+	adds := make([]int64, wordsN)
+	for i := range adds {
+		adds[i] = int64(i + 1)
+		want[i] = start(i) + adds[i]
+	}
+	if err := w.Accumulate(ctx, datatype.AsBytes(adds), datatype.Int64, peer, 0, op.Sum); err != nil {
+		return fmt.Errorf("accumulate: %w", err)
+	}
+	// Pairs of words 0-1, 3-4, 6-7, ...: a vector of blocks of 2, stride 3.
+	pairs := wordsN / 3
+	vec, err := datatype.Vector(pairs, 2, 3, datatype.Int64.Type())
+	if err != nil {
+		return err
+	}
+	ones := make([]int64, 2*pairs)
+	for i := range ones {
+		ones[i] = 1
+	}
+	olds := make([]int64, 2*pairs)
+	if err := w.GetAccumulateTo(ctx, win.Contiguous(datatype.AsBytes(ones), datatype.Int64),
+		win.Contiguous(datatype.AsBytes(olds), datatype.Int64),
+		win.Region{Rank: peer, Disp: 0, Type: vec, Count: 1}, op.Sum); err != nil {
+		return fmt.Errorf("strided get-accumulate: %w", err)
+	}
+	for k := range olds {
+		i := 3*(k/2) + k%2
+		if olds[k] != want[i] {
+			return fmt.Errorf("strided get-accumulate: old value of word %d: %d, want %d", i, olds[k], want[i])
+		}
+		want[i]++
+	}
+	got := make([]int64, wordsN)
+	if err := w.GetAccumulate(ctx, nil, datatype.AsBytes(got), datatype.Int64, peer, 0, op.NoOp); err != nil {
+		return fmt.Errorf("get-accumulate NO_OP: %w", err)
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			return fmt.Errorf("word %d: %d, want %d", i, got[i], want[i])
+		}
+	}
+	// A call cut short (a thousand words take about 20 ms on one host):
+	// each word is updated whole or not at all.
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Millisecond)
+	cerr := w.Accumulate(cctx, datatype.AsBytes(adds), datatype.Int64, peer, 0, op.Sum)
+	cancel()
+	if cerr != nil && !errors.Is(cerr, context.DeadlineExceeded) {
+		return fmt.Errorf("accumulate with an ended context: %v, want nil or %v", cerr, context.DeadlineExceeded)
+	}
+	if err := w.GetAccumulate(ctx, nil, datatype.AsBytes(got), datatype.Int64, peer, 0, op.NoOp); err != nil {
+		return fmt.Errorf("get-accumulate NO_OP after the cut call: %w", err)
+	}
+	applied := 0
+	for i := range got {
+		switch got[i] {
+		case want[i]:
+		case want[i] + adds[i]:
+			applied++
+		default:
+			return fmt.Errorf("after the cut call, word %d: %d, want %d or %d", i, got[i], want[i], want[i]+adds[i])
+		}
+	}
+	if cerr == nil && applied != wordsN {
+		return fmt.Errorf("the cut call succeeded but %d of %d words were updated", applied, wordsN)
+	}
+	if err := w.UnlockAll(ctx); err != nil {
+		return err
+	}
+	if err := g.Barrier(ctx); err != nil {
+		return err
+	}
+	fmt.Printf("words=ok cut call: %v, %d of %d words updated\n", cerr, applied, wordsN)
+	return w.Free(ctx)
+}
+
+// TestNICWords: accumulate-family calls of many 64-bit integers, each word
+// a NIC atomic with several in flight, with fewer slots than that.
+func TestNICWords(t *testing.T) {
+	l := newLaunch(t, "words", 2, "RMA_SLOTS=4")
+	for r, out := range l.run(2 * time.Minute) {
+		if v := value(t, out, "words"); !strings.HasPrefix(v, "ok") {
+			t.Errorf("rank %d: words=%s", r, v)
+		}
 	}
 }

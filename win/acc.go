@@ -289,7 +289,10 @@ func (w *Window) compareAndSwapEngine(ctx context.Context, origin, compare, resu
 }
 
 // nicAccumulate does an accumulate-family call element by element with NIC
-// atomics: fetch-and-add, compare-and-swap loops, or 8-byte reads.
+// atomics: fetch-and-adds or 8-byte reads, several in flight in order on
+// one connection (Fabric.Words), or compare-and-swap loops, one word at a
+// time. If ctx ends part way, the words before that point are updated and
+// the others not.
 func (w *Window) nicAccumulate(ctx context.Context, o op.Op, basic datatype.Basic, route atomics.Route, origin, result Buffer, t Region, d dest) error {
 	base := d.off
 	var err error
@@ -314,6 +317,36 @@ func (w *Window) nicAccumulate(ctx context.Context, o op.Op, basic datatype.Basi
 	if result.Data != nil {
 		olds = make([]byte, 8*t.Count*t.Type.Count())
 	}
+	if n := t.Count * t.Type.Count(); n > 1 && (route == atomics.NICFetchAdd || route == atomics.NICRead) {
+		// Independent words: posted in order on one connection (so
+		// applied in order), several in flight.
+		addrs, vals := make([]uint64, 0, n), make([]uint64, n)
+		t.Type.ForEachBlock(t.Count, func(off int64, k int) bool {
+			for j := 0; j < k; j++ {
+				addrs = append(addrs, d.reg.addr+uint64(base+off)+uint64(8*j))
+			}
+			return true
+		})
+		if src != nil {
+			for j := range vals {
+				vals[j] = binary.NativeEndian.Uint64(src[8*j:])
+			}
+		}
+		var words []uint64
+		if olds != nil {
+			words = make([]uint64, n)
+		}
+		if err := w.f.Words(ctx, t.Rank, d.reg.rkey, route == atomics.NICFetchAdd, addrs, vals, words); err != nil {
+			return err
+		}
+		if olds == nil {
+			return nil
+		}
+		for j, v := range words {
+			binary.NativeEndian.PutUint64(olds[8*j:], v)
+		}
+		return fallback.UnpackRange(result.Data, result.Type, result.Count, 0, olds)
+	}
 	i := 0
 	t.Type.ForEachBlock(t.Count, func(off int64, n int) bool {
 		for k := 0; k < n; k, i = k+1, i+1 {
@@ -321,6 +354,9 @@ func (w *Window) nicAccumulate(ctx context.Context, o op.Op, basic datatype.Basi
 			var v uint64
 			if src != nil {
 				v = binary.NativeEndian.Uint64(src[8*i:])
+			}
+			if err = ctx.Err(); err != nil {
+				return false // words before this one are updated, the rest not
 			}
 			var old uint64
 			old, err = w.nicElement(ctx, t.Rank, addr, d.reg.rkey, o, basic, route, v)

@@ -94,7 +94,9 @@
 // a cancelled Post, Complete or Start leaves the counters of the other
 // ranks consistent; a cancelled fetching call (Get, GetAccumulate,
 // FetchAndOp, CompareAndSwap, Request.Wait) never writes its result buffer
-// afterwards, and the target may or may not have applied it. A cancelled
+// afterwards, and the target may or may not have applied it (a cancelled
+// accumulate on many 64-bit integers, which the NIC applies word by word,
+// may have updated some words and not others, each word whole). A cancelled
 // Fence or Free leaves the group's bootstrap broken: later collective calls
 // fail. When a peer process dies, calls to it fail with ErrPeerLost at once
 // (its kernel closes its connections); when its whole host dies, within

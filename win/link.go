@@ -45,6 +45,10 @@ func (l link) FetchAdd(ctx context.Context, rank int, raddr uint64, rkey uint32,
 	return l.f.FetchAdd(ctx, l.rank(rank), raddr, rkey, add)
 }
 
+func (l link) Words(ctx context.Context, rank int, rkey uint32, fadd bool, addrs, vals, olds []uint64) error {
+	return l.f.Words(ctx, l.rank(rank), rkey, fadd, addrs, vals, olds)
+}
+
 func (l link) CompareSwap(ctx context.Context, rank int, raddr uint64, rkey uint32, compare, swap uint64) (uint64, error) {
 	return l.f.CompareSwap(ctx, l.rank(rank), raddr, rkey, compare, swap)
 }

@@ -86,33 +86,8 @@ func (f *Fabric) Read(ctx context.Context, rank int, dst []byte, raddr uint64, r
 // readSmall reads n <= 8 bytes at raddr into slot id's scratch word and
 // waits; the caller reads the word, then releases the slot.
 func (f *Fabric) readSmall(ctx context.Context, rank int, raddr uint64, rkey uint32, n int) (uint32, error) {
-	p := &f.peers[rank]
-	id, err := f.acquireSlot(ctx, rank, false)
+	id, err := f.postSmall(ctx, rank, wordRead, raddr, rkey, 0, 0, n)
 	if err != nil {
-		return 0, err
-	}
-	c, err := f.use(ctx, rank)
-	if err != nil {
-		f.releaseSlot(id)
-		return 0, err
-	}
-	f.posting(id, p, c)
-	l := f.mr.Local(int(id)*slotScratch, n)
-	if f.pollMu.TryLock() {
-		// Post and poll in one call to C.
-		var k int
-		k, err = c.qp.PostReadPoll(uint64(id), l, raddr, rkey, verbs.SendSignaled, f.cq, f.wcs[:])
-		p.qmu.RUnlock()
-		if k > 0 {
-			f.dispatchLocked(k)
-		}
-		f.pollMu.Unlock()
-	} else {
-		err = c.qp.PostRead(uint64(id), l, raddr, rkey, verbs.SendSignaled)
-		p.qmu.RUnlock()
-	}
-	if err != nil {
-		f.unpost(id, p, c)
 		return 0, err
 	}
 	abandoned, err := f.wait(ctx, id)
@@ -237,6 +212,30 @@ func (f *Fabric) CompareSwap(ctx context.Context, rank int, raddr uint64, rkey u
 }
 
 func (f *Fabric) atomic(ctx context.Context, rank int, raddr uint64, rkey uint32, fadd bool, a, b uint64) (uint64, error) {
+	kind := wordCompareSwap
+	if fadd {
+		kind = wordFetchAdd
+	}
+	id, err := f.postSmall(ctx, rank, kind, raddr, rkey, a, b, 8)
+	if err != nil {
+		return 0, err
+	}
+	return f.waitWord(ctx, id)
+}
+
+// The operations of postSmall.
+const (
+	wordRead        = iota // RDMA READ of n bytes
+	wordFetchAdd           // fetch-and-add a
+	wordCompareSwap        // compare with a, swap in b
+)
+
+// postSmall takes a slot and posts one operation on at most slotScratch
+// bytes of rank's memory at raddr, whose result lands in the slot's
+// scratch. It polls the CQ in the same call to C when nobody else is: the
+// completion is often there already (always on rxe, which does the work in
+// the post). Wait for the slot (wait, waitWord) unless it fails.
+func (f *Fabric) postSmall(ctx context.Context, rank, kind int, raddr uint64, rkey uint32, a, b uint64, n int) (uint32, error) {
 	p := &f.peers[rank]
 	id, err := f.acquireSlot(ctx, rank, false)
 	if err != nil {
@@ -248,21 +247,26 @@ func (f *Fabric) atomic(ctx context.Context, rank int, raddr uint64, rkey uint32
 		return 0, err
 	}
 	f.posting(id, p, c)
-	l := f.mr.Local(int(id)*slotScratch, 8)
+	l := f.mr.Local(int(id)*slotScratch, n)
 	if f.pollMu.TryLock() {
-		// Post and poll in one call to C: the completion is often there
-		// already (always on rxe, which does the work in the post).
-		var n int
-		n, err = c.qp.PostAtomicPoll(uint64(id), l, raddr, rkey, fadd, a, b, verbs.SendSignaled, f.cq, f.wcs[:])
+		var k int
+		if kind == wordRead {
+			k, err = c.qp.PostReadPoll(uint64(id), l, raddr, rkey, verbs.SendSignaled, f.cq, f.wcs[:])
+		} else {
+			k, err = c.qp.PostAtomicPoll(uint64(id), l, raddr, rkey, kind == wordFetchAdd, a, b, verbs.SendSignaled, f.cq, f.wcs[:])
+		}
 		p.qmu.RUnlock()
-		if n > 0 {
-			f.dispatchLocked(n)
+		if k > 0 {
+			f.dispatchLocked(k)
 		}
 		f.pollMu.Unlock()
 	} else {
-		if fadd {
+		switch kind {
+		case wordRead:
+			err = c.qp.PostRead(uint64(id), l, raddr, rkey, verbs.SendSignaled)
+		case wordFetchAdd:
 			err = c.qp.PostFetchAdd(uint64(id), l, raddr, rkey, a, verbs.SendSignaled)
-		} else {
+		default:
 			err = c.qp.PostCompareSwap(uint64(id), l, raddr, rkey, a, b, verbs.SendSignaled)
 		}
 		p.qmu.RUnlock()
@@ -271,7 +275,72 @@ func (f *Fabric) atomic(ctx context.Context, rank int, raddr uint64, rkey uint32
 		f.unpost(id, p, c)
 		return 0, err
 	}
-	return f.waitWord(ctx, id)
+	return id, nil
+}
+
+// wordRing is how many operations of one Words call are in flight at once.
+const wordRing = 16
+
+// Words applies a NIC fetch-and-add of vals[i] (fadd), or reads the word
+// (!fadd, vals unused), at each aligned 8-byte address addrs[i] of rank's
+// memory, posted in order on one connection and so applied in that order,
+// with up to wordRing of them in flight. If olds is not nil, olds[i] gets
+// the word's old value. It returns when every operation has completed, or
+// at the first failure, or when ctx ends (those posted are applied, the
+// others not; those still in flight then complete without touching olds).
+func (f *Fabric) Words(ctx context.Context, rank int, rkey uint32, fadd bool, addrs, vals, olds []uint64) error {
+	kind := wordRead
+	if fadd {
+		kind = wordFetchAdd
+	}
+	var ring [wordRing]uint32
+	head, tail := 0, 0 // ring[head%wordRing] is the oldest in flight: element head
+	// abandon stops waiting for the operations still in flight.
+	abandon := func() {
+		for ; head < tail; head++ {
+			f.waitWord(tryCtx, ring[head%wordRing])
+		}
+	}
+	for head < len(addrs) {
+		if err := ctx.Err(); err != nil {
+			abandon()
+			return err
+		}
+		if tail < len(addrs) && tail-head < wordRing {
+			// With operations in flight, take a slot (and the connection)
+			// only if one is free at once: waiting for one could wait for
+			// the slots this call holds.
+			pctx := ctx
+			if tail > head {
+				pctx = tryCtx
+			}
+			var v uint64
+			if fadd {
+				v = vals[tail]
+			}
+			id, err := f.postSmall(pctx, rank, kind, addrs[tail], rkey, v, 0, 8)
+			if err == nil {
+				ring[tail%wordRing] = id
+				tail++
+				continue
+			}
+			if tail == head {
+				return err
+			}
+			// Nothing free: harvest the oldest first.
+		}
+		v, err := f.waitWord(ctx, ring[head%wordRing])
+		if err != nil {
+			head++ // waitWord abandoned or released it
+			abandon()
+			return err
+		}
+		if olds != nil {
+			olds[head] = v
+		}
+		head++
+	}
+	return nil
 }
 
 // waitWord waits for an 8-byte result.
