@@ -10,12 +10,15 @@
 //   - By default (MPI's accumulate_ops = same_op_no_op) every predefined
 //     accumulate-family operation on a 64-bit integer goes to the NIC: SUM
 //     as fetch-and-add, CompareAndSwap as compare-and-swap, NO_OP as an
-//     aligned 8-byte RDMA READ (which writes nothing, so it is safe against
-//     both paths), and REPLACE, MIN, MAX, PROD and the logical and bitwise
-//     ops as compare-and-swap loops. Programs mix ops on one word (an MCS
-//     lock mixes CompareAndSwap and FetchAndOp(REPLACE)); all of them stay
-//     atomic with each other. Every other datatype, and user-defined ops,
-//     go to the target's engine; NO_OP on another 8-byte type is a READ.
+//     aligned 8-byte RDMA READ (atomic with the NIC's atomics, the only
+//     writers of the word), and REPLACE, MIN, MAX, PROD and the logical and
+//     bitwise ops as compare-and-swap loops. Programs mix ops on one word
+//     (an MCS lock mixes CompareAndSwap and FetchAndOp(REPLACE)); all of
+//     them stay atomic with each other. Every other datatype, and
+//     user-defined ops, go to the target's engine, NO_OP included: the
+//     engine may write an element of another type in more than one store
+//     (a value-index pair, a complex number), which a READ could see half
+//     done, and such an element need not be 8-byte aligned.
 //   - A window may declare the (op, datatype) pairs it will use. If every
 //     declared pair is NIC-capable, they go to the NIC as above. If any is
 //     not, every accumulate on the window goes to the engine, so that mixing
@@ -130,7 +133,7 @@ func is64(b datatype.Basic) bool { return b == datatype.Int64 || b == datatype.U
 // nicRoute is how the NIC would do o on b, or Engine if it cannot.
 func nicRoute(o op.Op, b datatype.Basic) Route {
 	switch {
-	case o == op.NoOp && b.Size() == 8:
+	case o == op.NoOp && is64(b):
 		return NICRead
 	case !is64(b):
 		return Engine

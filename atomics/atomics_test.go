@@ -21,7 +21,9 @@ func TestDefaultRoutes(t *testing.T) {
 		{op.Sum, datatype.Uint64, NICFetchAdd},
 		{op.Sum, datatype.Int32, Engine},
 		{op.Sum, datatype.Float64, Engine},
-		{op.NoOp, datatype.Float64, NICRead},
+		{op.NoOp, datatype.Float64, Engine}, // the engine's element, not torn by a READ
+		{op.NoOp, datatype.Float32Int, Engine},
+		{op.NoOp, datatype.Uint64, NICRead},
 		{op.NoOp, datatype.Int64, NICRead},
 		{op.NoOp, datatype.Int32, Engine},
 		{op.Replace, datatype.Float64, Engine},
@@ -40,6 +42,19 @@ func TestDefaultRoutes(t *testing.T) {
 				want Route
 			}{o, b, NICCompareSwapLoop})
 		}
+	}
+	// NO_OP reads with the NIC only the words the NIC alone writes: on
+	// every other type it goes where that type's other ops go.
+	for _, b := range datatype.Basics() {
+		want := Engine
+		if b == datatype.Int64 || b == datatype.Uint64 {
+			want = NICRead
+		}
+		cases = append(cases, struct {
+			o    op.Op
+			b    datatype.Basic
+			want Route
+		}{op.NoOp, b, want})
 	}
 	for _, c := range cases {
 		if got := p.FetchAndOp(c.o, c.b); got != c.want {

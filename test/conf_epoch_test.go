@@ -382,9 +382,28 @@ func workConfZero(ctx context.Context, g *group.Group) error {
 		}
 	}
 	for _, t := range []int{peer, me} {
-		for _, d := range []int{0, 3, size / 8} { // size/8: the end of the window
+		// size/8: the end of the window; beyond it, a call that moves
+		// nothing still succeeds (MPICH returns before looking).
+		for _, d := range []int{0, 3, size / 8, size/8 + 5, 1 << 20} {
 			zero(a, t, d)
 		}
+	}
+	// A dynamic window with nothing attached: every address is in no
+	// region, and a call that moves nothing succeeds at any of them.
+	dyn, err := win.CreateDynamic(ctx, g)
+	if err != nil {
+		return err
+	}
+	if l.ok("LockAll of the dynamic window", dyn.LockAll(ctx)) {
+		for _, t := range []int{peer, me} {
+			for _, d := range []int{0, 4096} {
+				zero(dyn, t, d)
+			}
+		}
+		l.ok("UnlockAll of the dynamic window", dyn.UnlockAll(ctx))
+	}
+	if err := dyn.Free(ctx); err != nil {
+		return err
 	}
 	for t := 0; t < n; t++ {
 		zd := 0
@@ -397,6 +416,8 @@ func workConfZero(ctx context.Context, g *group.Group) error {
 	l.is("Put(nil) to rank size", safely(func() error { return a.Put(ctx, nil, n, 0) }), win.ErrRank)
 	l.is("Accumulate(nil) to rank -1", safely(func() error { return a.Accumulate(ctx, nil, datatype.Int64, -1, 0, op.Sum) }), win.ErrRank)
 	l.is("Put(nil) at displacement -1", safely(func() error { return a.Put(ctx, nil, peer, -1) }), win.ErrOutOfWindow, win.ErrInvalid)
+	l.is("Get(nil) at displacement -1", safely(func() error { return a.Get(ctx, nil, peer, -1) }), win.ErrOutOfWindow, win.ErrInvalid)
+	l.is("Accumulate(nil) at displacement -1", safely(func() error { return a.Accumulate(ctx, nil, datatype.Float64, peer, -1, op.Sum) }), win.ErrOutOfWindow, win.ErrInvalid)
 	l.is("Accumulate(nil, int64, NO_OP)", safely(func() error { return a.Accumulate(ctx, nil, datatype.Int64, peer, 0, op.NoOp) }), op.ErrOpUse)
 	l.is("Accumulate(nil, float64, BAND)", safely(func() error { return a.Accumulate(ctx, nil, datatype.Float64, peer, 0, op.Band) }), op.ErrOpDatatype)
 	l.ok("FlushAll after the zero-size calls", a.FlushAll(ctx))

@@ -160,7 +160,7 @@ func (w *Window) check(ctx context.Context, o op.Op, use op.Use, origin, result 
 		}
 	}
 	if empty {
-		return basic, dest{empty: true}, nil
+		return basic, dest{empty: true}, w.emptyDisp(t.Disp)
 	}
 	d, err := w.resolve(ctx, t)
 	if err != nil {
@@ -179,7 +179,7 @@ func packed(b Buffer) []byte {
 	if b.Data == nil || !b.Type.Valid() {
 		return nil // NO_OP: no origin data
 	}
-	if b.Type.IsContiguous() && b.Type.LB() == 0 {
+	if b.Type.IsContiguous() && b.Type.TrueLB() == 0 {
 		return b.Data[:n]
 	}
 	if b.Count == 0 {

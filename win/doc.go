@@ -35,8 +35,9 @@
 // calls inside a passive-target epoch. A call outside a matching epoch
 // returns ErrEpoch. Locks and post/start counters live in a small page of
 // each rank's memory and are driven by NIC atomics only: the target's CPU
-// takes no part, and a waiting writer holds off new readers. LockAll takes
-// the NoCheck assertion (then no lock is taken).
+// takes no part, and a waiting writer holds off new readers. Lock and
+// LockAll take only the NoCheck assertion (then no lock is taken); any
+// other assertion returns ErrInvalid, as in MPICH.
 //
 // A Fence opens an epoch that starts only if RMA calls follow it (MPI-4.1
 // 12.5.1): after a Fence and before any RMA call, Lock, LockAll, Post and
@@ -47,7 +48,10 @@
 // succeeds, as do Lock, Unlock and Flush of ProcNull. A call that moves no
 // data (a zero count, or a datatype of size zero) succeeds without touching
 // memory, whatever its datatypes are built from: empty type signatures
-// match (MPI-4.1 3.3.1), as in MPICH and Open MPI.
+// match (MPI-4.1 3.3.1), as in MPICH and Open MPI. It needs an epoch to its
+// target, and as in MPICH its displacement is not checked against the
+// window (beyond the end, or in no region of a dynamic window, is fine)
+// except that a negative one is an error on a window that is not dynamic.
 //
 // # Local memory
 //
@@ -72,8 +76,9 @@
 // bitwise ops compare-and-swap loops; so ops mixed on one word (an MCS
 // lock's CompareAndSwap and FetchAndOp(REPLACE)) stay atomic with each
 // other. Every other datatype, and user-defined ops, are applied by the
-// target's engine from active messages (NO_OP on another 8-byte type is a
-// READ). AccumulateOps and AnyOp change this (see atomics). The ranks agree
+// target's engine from active messages, NO_OP included (a READ could see an
+// element the engine writes in two stores, such as a value-index pair,
+// half done). AccumulateOps and AnyOp change this (see atomics). The ranks agree
 // on the routing when the window is created: if one rank's device cannot
 // do remote atomics, every rank sends everything to the engine, and ranks
 // that pass different accumulate options fail the creation with ErrInvalid.

@@ -415,7 +415,7 @@ func (w *Window) RGetTo(ctx context.Context, result Buffer, t Region) (*Request,
 		return true
 	})
 	dst := result.Data
-	if result.Type.IsContiguous() && result.Type.LB() == 0 {
+	if result.Type.IsContiguous() && result.Type.TrueLB() == 0 {
 		dst = dst[:total]
 	} else {
 		r.packed = make([]byte, total)

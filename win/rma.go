@@ -36,10 +36,15 @@ func (w *Window) locate(ctx context.Context, rank, disp int) (region, int64, err
 }
 
 // address checks that n bytes at displacement disp lie in rank's window and
-// returns their remote address and key.
+// returns their remote address and key. For n == 0 it checks the epoch
+// and the displacement's sign only (emptyDisp): a call that moves no data
+// succeeds wherever else it points.
 func (w *Window) address(ctx context.Context, rank, disp, n int) (uint64, uint32, error) {
 	if err := w.checkEpoch(rank); err != nil {
 		return 0, 0, err
+	}
+	if n == 0 {
+		return 0, 0, w.emptyDisp(disp)
 	}
 	reg, off, err := w.locate(ctx, rank, disp)
 	if err != nil {
@@ -50,6 +55,16 @@ func (w *Window) address(ctx context.Context, rank, disp, n int) (uint64, uint32
 			ErrOutOfWindow, n, disp, w.remote[rank].dispUnit, rank, reg.size)
 	}
 	return reg.addr + uint64(off), reg.rkey, nil
+}
+
+// emptyDisp checks the displacement of a call that moves no data: as in
+// MPICH, a negative one is an error on a window that is not dynamic, and
+// any other succeeds, beyond the window's end or in no attached region.
+func (w *Window) emptyDisp(disp int) error {
+	if disp < 0 && w.flavor != FlavorDynamic {
+		return fmt.Errorf("%w: displacement %d", ErrOutOfWindow, disp)
+	}
+	return nil
 }
 
 // Put writes origin to target's window at disp (MPI_Put). It returns once
@@ -259,7 +274,7 @@ func (w *Window) GetTo(ctx context.Context, result Buffer, t Region) error {
 		return true
 	})
 	buf := result.Data
-	contiguous := result.Type.IsContiguous() && result.Type.LB() == 0
+	contiguous := result.Type.IsContiguous() && result.Type.TrueLB() == 0
 	total := int64(result.Count) * result.Type.Size()
 	if !contiguous {
 		buf = make([]byte, total)

@@ -84,9 +84,24 @@ func (e *epochs) inFence() bool { return e.fence.Load() && e.fenceUsed.Load() }
 // epoch of another kind.
 func (e *epochs) leaveFence() { e.fence.Store(false) }
 
+// anyAccess reports whether an access epoch other than a fence or LockAll
+// is open: a Lock, or a Start (even of an empty group).
 func (e *epochs) anyAccess() bool {
+	if e.startGroup != nil {
+		return true
+	}
 	for i := range e.access {
 		if e.access[i].Load() != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// anyLocked reports whether Lock holds some rank.
+func (e *epochs) anyLocked() bool {
+	for i := range e.access {
+		if e.access[i].Load()&(accShared|accExclusive) != 0 {
 			return true
 		}
 	}
@@ -317,6 +332,9 @@ func (w *Window) Lock(ctx context.Context, lt LockType, target int, a Assert) er
 	if lt != LockShared && lt != LockExclusive {
 		return fmt.Errorf("%w: lock type %d", ErrInvalid, lt)
 	}
+	if a&^NoCheck != 0 {
+		return fmt.Errorf("%w: Lock takes only the NoCheck assertion (got %#x)", ErrInvalid, int(a))
+	}
 	if w.ep.inFence() || w.ep.lockAll.Load() || w.ep.access[target].Load() != 0 {
 		return fmt.Errorf("%w: Lock of rank %d inside another epoch to it", ErrEpoch, target)
 	}
@@ -478,21 +496,35 @@ func (e *epochs) releaseAll(ctx context.Context, w *Window) error {
 }
 
 // Flush completes, at the target, every RMA call this rank made to target
-// (MPI_Win_flush).
+// (MPI_Win_flush). As MPI says, it may be called only in a passive-target
+// epoch to target (Lock of target, or LockAll); elsewhere, in a fence or
+// post-start-complete-wait epoch too, it fails with ErrEpoch, as MPICH's
+// does.
 func (w *Window) Flush(ctx context.Context, target int) error {
 	if target == ProcNull {
 		return w.nullCall()
 	}
-	if err := w.checkEpoch(target); err != nil {
-		return err
+	if w.freed.Load() {
+		return ErrFreed
+	}
+	if target < 0 || target >= len(w.remote) {
+		return fmt.Errorf("%w: rank %d, group of %d", ErrRank, target, len(w.remote))
+	}
+	if !w.ep.lockAll.Load() && w.ep.access[target].Load()&(accShared|accExclusive) == 0 {
+		return fmt.Errorf("%w: flush of rank %d outside a passive-target epoch to it (Lock or LockAll first)", ErrEpoch, target)
 	}
 	return w.flush(ctx, target)
 }
 
 // FlushAll completes every RMA call to every target (MPI_Win_flush_all).
+// Like Flush, it may be called only in a passive-target epoch: LockAll,
+// or a Lock of some rank.
 func (w *Window) FlushAll(ctx context.Context) error {
 	if w.freed.Load() {
 		return ErrFreed
+	}
+	if !w.ep.lockAll.Load() && !w.ep.anyLocked() {
+		return fmt.Errorf("%w: flush outside a passive-target epoch (Lock or LockAll first)", ErrEpoch)
 	}
 	return w.flushAll(ctx)
 }
