@@ -3,6 +3,7 @@
 package test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -222,4 +223,113 @@ func TestVerbsDeadPeer(t *testing.T) {
 		t.Fatalf("write to a destroyed QP after SetError: %v, want ErrFlushed", err)
 	}
 	t.Logf("write to a destroyed QP after SetError: %v", wc.Err())
+}
+
+// TestVerbsWaitEndedContext: a Wait whose context ends as its event comes
+// returns nil or the context's error and leaves nothing behind: the event
+// it did not take is there for the next Wait, and a Wait with no event and
+// a context of 1 ms ends by its context, not at once by a deadline the
+// earlier Wait's context left on the descriptor (which made every later
+// call of a service client fail with ErrPeerLost).
+func TestVerbsWaitEndedContext(t *testing.T) {
+	l := newLoopback(t, verbs.AccessRemoteRead|verbs.AccessRemoteWrite)
+	ch, err := l.dev.CreateCompChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	cq, err := l.dev.CreateCQ(4, ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cq.Close()
+	qp, err := l.pd.CreateQP(verbs.QPConfig{SendCQ: cq, RecvCQ: l.cq, MaxSendWR: 4, MaxRecvWR: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer qp.Close()
+	pa, err := l.dev.QueryPort(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	table, err := l.dev.GIDTable(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gidIndex, err := verbs.DefaultGIDIndex(table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gid, err := l.dev.QueryGID(1, gidIndex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// qp writes to l.b, which is connected back to it.
+	peer, err := l.pd.CreateQP(verbs.QPConfig{SendCQ: l.cq, RecvCQ: l.cq, MaxSendWR: 4, MaxRecvWR: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	path := verbs.Path{Port: 1, LinkLayer: pa.LinkLayer, GIDIndex: gidIndex, MTU: pa.ActiveMTU,
+		MaxRdAtomic: 1, Timeout: 14, RetryCount: 6, RNRRetry: 7, MinRNRTimer: 12,
+		Access: verbs.AccessRemoteRead | verbs.AccessRemoteWrite}
+	ea := verbs.Endpoint{QPN: qp.Num(), PSN: 1, LID: pa.LID, GID: gid.GID}
+	eb := verbs.Endpoint{QPN: peer.Num(), PSN: 2, LID: pa.LID, GID: gid.GID}
+	if err := qp.Connect(&path, ea, eb); err != nil {
+		t.Fatal(err)
+	}
+	if err := peer.Connect(&path, eb, ea); err != nil {
+		t.Fatal(err)
+	}
+	var wcs [4]verbs.WC
+	const rounds = 400
+	for i := 0; i < rounds; i++ {
+		// The completion, and so the event, comes while Wait waits and
+		// its context ends: both after delays of 0 to 60 us.
+		if err := cq.ReqNotify(); err != nil {
+			t.Fatal(err)
+		}
+		posted := make(chan error, 1)
+		go func() {
+			time.Sleep(time.Duration(i%7) * 10 * time.Microsecond)
+			posted <- qp.PostWrite(uint64(i), l.mr.Local(0, 8), l.mr.Addr()+64, l.mr.RKey(), verbs.SendSignaled)
+		}()
+		racing, cancel := context.WithTimeout(context.Background(), time.Duration(i%5)*15*time.Microsecond)
+		werr := ch.Wait(racing)
+		cancel()
+		if werr != nil && !errors.Is(werr, context.DeadlineExceeded) {
+			t.Fatalf("round %d: Wait as its context ends: %v, want nil or %v", i, werr, context.DeadlineExceeded)
+		}
+		if err := <-posted; err != nil {
+			t.Fatal(err)
+		}
+		for n := 0; n == 0; {
+			if n, err = cq.Poll(wcs[:]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := wcs[0].Err(); err != nil {
+			t.Fatalf("round %d: write: %v", i, err)
+		}
+		if werr != nil {
+			// The event is still to be taken.
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			err := ch.Wait(ctx)
+			cancel()
+			if err != nil {
+				t.Fatalf("round %d: Wait for the event left by the cut Wait: %v, want nil", i, err)
+			}
+		}
+		short, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+		err := ch.Wait(short)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("round %d: the next Wait (1 ms, no event): %v, want %v", i, err, context.DeadlineExceeded)
+		}
+	}
+	// Wake still works after all that.
+	ch.Wake()
+	if err := ch.Wait(context.Background()); err != nil {
+		t.Fatalf("Wait after Wake: %v", err)
+	}
 }

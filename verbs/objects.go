@@ -204,6 +204,12 @@ type CompChannel struct {
 	// descriptor's read deadline is then in the past (under mu).
 	mu    sync.Mutex
 	woken bool
+	// waits counts the Waits given a context that can end; inWait says
+	// that the last of them has not returned (under mu). The function that
+	// ends such a Wait when its context ends checks both, so that one
+	// running late cannot leave a past deadline for the next Wait.
+	waits  uint64
+	inWait bool
 	// ready is what Wait hands the poller, made once so that a Wait
 	// allocates nothing; it leaves getCQEvent's error in readErr.
 	ready   func(uintptr) bool
@@ -258,11 +264,29 @@ func (ch *CompChannel) Wait(ctx context.Context) error {
 		return err
 	}
 	if ctx.Done() != nil {
-		stop := context.AfterFunc(ctx, func() { ch.f.SetReadDeadline(time.Unix(1, 0)) })
+		ch.mu.Lock()
+		ch.waits++
+		this := ch.waits
+		ch.inWait = true
+		ch.mu.Unlock()
+		// stop returning false means the function has started, not that
+		// it is done: it may run after this Wait returned, and must then
+		// do nothing.
+		stop := context.AfterFunc(ctx, func() {
+			ch.mu.Lock()
+			if ch.inWait && ch.waits == this && ch.p != nil {
+				ch.f.SetReadDeadline(time.Unix(1, 0))
+			}
+			ch.mu.Unlock()
+		})
 		defer func() {
-			if !stop() {
+			stop()
+			ch.mu.Lock()
+			ch.inWait = false
+			if !ch.woken && ch.p != nil {
 				ch.f.SetReadDeadline(time.Time{})
 			}
+			ch.mu.Unlock()
 		}()
 	}
 	ch.readErr = nil
