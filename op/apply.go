@@ -33,7 +33,9 @@ func lengthError(o Op, b datatype.Basic, format string, args ...any) error {
 //	target[i] = target[i] o origin[i]   for i in 0 .. len(target)/b.Size()-1
 //
 // REPLACE sets target[i] = origin[i]; NO_OP leaves target unchanged (origin
-// may then be empty). The buffers hold elements of type b in host byte order
+// may then be empty). A user-defined op is called as fn(in=origin,
+// inout=target), so it sets target[i] = origin[i] o target[i], as MPI calls
+// a user function and as [Register] says. The buffers hold elements of type b in host byte order
 // and Go layout; they need not be aligned (misaligned buffers are staged
 // through aligned copies). They must have the same length, a multiple of
 // b.Size() (else the error wraps [ErrLength]), and must not partially

@@ -21,7 +21,8 @@
 //
 // [Apply](o, b, target, origin) sets target[i] = target[i] o origin[i] for
 // every element, as an accumulate updates its target with the origin data;
-// REPLACE stores origin[i], NO_OP leaves target alone. [ApplyFetch] also
+// REPLACE stores origin[i], NO_OP leaves target alone, and a user-defined
+// op sets target[i] = origin[i] o target[i] (its function's in and inout). [ApplyFetch] also
 // returns the old target (GetAccumulate, FetchAndOp), [ApplyType] walks a
 // derived target datatype inside a window, [CompareAndSwap] is the target
 // side of MPI_Compare_and_swap and [ReduceLocal] (MPI_Reduce_local) is the

@@ -36,8 +36,9 @@ type Region struct {
 
 // Accumulate combines origin, len(origin)/dt.Size() elements of dt, into
 // target's window at disp with o (MPI_Accumulate): each element becomes
-// target o origin, atomically per element. It returns once origin may be
-// reused; Flush completes it at the target.
+// target o origin (origin o target for a user-defined op, as op.Register
+// says), atomically per element. It returns once origin may be reused;
+// Flush completes it at the target.
 func (w *Window) Accumulate(ctx context.Context, origin []byte, dt datatype.Basic, target, disp int, o op.Op) error {
 	n, err := elements(origin, dt)
 	if err != nil {

@@ -63,8 +63,9 @@ func GetSlice[T datatype.Element](ctx context.Context, w *Window, result []T, ta
 }
 
 // AccumulateSlice is Window.Accumulate on Go values: each element of
-// target's window from disp on becomes target o origin, atomically per
-// element, for the len(origin) elements of origin, with T's datatype
+// target's window from disp on becomes target o origin (origin o target
+// for a user-defined op), atomically per element, for the len(origin)
+// elements of origin, with T's datatype
 // (datatype.Of). It returns once origin may be reused.
 func AccumulateSlice[T datatype.Element](ctx context.Context, w *Window, origin []T, target, disp int, o op.Op) error {
 	return w.Accumulate(ctx, datatype.AsBytes(origin), datatype.Of[T](), target, disp, o)
