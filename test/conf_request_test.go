@@ -317,8 +317,26 @@ func workReqEpochs(ctx context.Context, g *group.Group) error {
 		return err
 	}
 
-	// Free completes what the epoch left outstanding.
+	// Free inside a LockAll epoch is refused (MPI: erroneous; MPICH:
+	// MPI_ERR_RMA_SYNC) and leaves the RGets to UnlockAll.
 	if err := w.LockAll(ctx); err != nil {
+		return err
+	}
+	if err := issueAll(); err != nil {
+		return err
+	}
+	if err := w.Free(ctx); !errors.Is(err, win.ErrEpoch) {
+		return fmt.Errorf("Free inside a LockAll epoch: %v, want %v", err, win.ErrEpoch)
+	}
+	if err := w.UnlockAll(ctx); err != nil {
+		return fmt.Errorf("UnlockAll after the refused Free: %w", err)
+	}
+	if err := checkAll("UnlockAll after the refused Free"); err != nil {
+		return err
+	}
+
+	// Free completes what a fence epoch left outstanding.
+	if err := w.Fence(ctx, win.NoPrecede); err != nil {
 		return err
 	}
 	if err := issueAll(); err != nil {

@@ -251,7 +251,8 @@ func workConfTrueLB(ctx context.Context, g *group.Group) error {
 // epoch, in a fence epoch and in a post-start-complete-wait epoch they
 // fail with ErrEpoch, and a refused Flush right after a Fence does not
 // start the fence epoch (a Lock may still follow, as in MPICH's rmazero).
-// Lock takes only NoCheck; an empty Start group is an access epoch too.
+// Lock takes only NoCheck; an empty Start group is an access epoch too;
+// Free inside an epoch fails with ErrEpoch.
 func workConfFlush(ctx context.Context, g *group.Group) error {
 	me := g.Rank()
 	peer := 1 - me
@@ -309,6 +310,22 @@ func workConfFlush(ctx context.Context, g *group.Group) error {
 		}
 		l.is("Fence inside Start of no rank", w.Fence(ctx, 0), win.ErrEpoch)
 		l.ok("Complete of Start of no rank", w.Complete(ctx))
+	}
+	if err := g.Barrier(ctx); err != nil {
+		return err
+	}
+	// Free inside an epoch is refused and frees nothing (MPICH's
+	// win_sync_free_pt and win_sync_free_at); the epoch goes on.
+	if l.ok("Lock(NoCheck) before Free", w.Lock(ctx, win.LockShared, peer, win.NoCheck)) {
+		l.is("Free inside a Lock epoch", w.Free(ctx), win.ErrEpoch)
+		l.ok("Put after the refused Free", w.Put(ctx, b8, peer, 1))
+		l.ok("Unlock", w.Unlock(ctx, peer))
+	}
+	if l.ok("Post before Free", w.Post(ctx, []int{peer}, 0)) && l.ok("Start before Free", w.Start(ctx, []int{peer}, 0)) {
+		l.is("Free inside a post-start-complete-wait epoch", w.Free(ctx), win.ErrEpoch)
+		l.ok("Complete", w.Complete(ctx))
+		l.is("Free inside an exposure epoch", w.Free(ctx), win.ErrEpoch)
+		l.ok("Wait", w.Wait(ctx))
 	}
 	if err := g.Barrier(ctx); err != nil {
 		return err

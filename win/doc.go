@@ -33,7 +33,8 @@
 // with the target in Start's group (the target exposing its window between
 // Post and Wait). Flush, FlushAll, FlushLocal and FlushLocalAll complete
 // calls inside a passive-target epoch. A call outside a matching epoch
-// returns ErrEpoch. Locks and post/start counters live in a small page of
+// returns ErrEpoch, and so does Free inside an epoch other than a fence
+// epoch (unless a peer is lost: see Free). Locks and post/start counters live in a small page of
 // each rank's memory and are driven by NIC atomics only: the target's CPU
 // takes no part, and a waiting writer holds off new readers. Lock and
 // LockAll take only the NoCheck assertion (then no lock is taken); any

@@ -465,6 +465,23 @@ func (w *Window) UnlockAll(ctx context.Context) error {
 	return first
 }
 
+// openForFree is ErrEpoch if an epoch other than a fence epoch is open
+// and every peer of the window lives.
+func (e *epochs) openForFree(w *Window) error {
+	w.mu.Lock()
+	open := e.lockAll.Load() || e.anyAccess() || e.exposeGroup != nil
+	w.mu.Unlock()
+	if !open {
+		return nil
+	}
+	for r := range w.remote {
+		if w.f.PeerErr(r) != nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: Free inside an epoch (Unlock, UnlockAll, Complete or Wait first)", ErrEpoch)
+}
+
 // releaseAll ends whatever epochs are open, for Free.
 func (e *epochs) releaseAll(ctx context.Context, w *Window) error {
 	w.mu.Lock()

@@ -297,9 +297,19 @@ func (w *Window) release() {
 
 // Free releases the window on every rank (MPI_Win_free). It is collective:
 // it completes this rank's outstanding operations and waits until every
-// rank has done so before the memory is deregistered. Open epochs are
-// closed first (locks released).
+// rank has done so before the memory is deregistered. As MPI says, it may
+// be called only once this rank's epochs are over (a fence epoch aside):
+// with a Lock, LockAll, Start or Post not yet ended by Unlock, UnlockAll,
+// Complete or Wait, it returns ErrEpoch and frees nothing, as MPICH's does.
+// Once a peer of the window is lost, those calls may never succeed: Free
+// then ends the open epochs itself (releasing the locks it can).
 func (w *Window) Free(ctx context.Context) error {
+	if w.freed.Load() {
+		return ErrFreed
+	}
+	if err := w.ep.openForFree(w); err != nil {
+		return err
+	}
 	if w.freed.Swap(true) {
 		return ErrFreed
 	}
