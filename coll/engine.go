@@ -240,8 +240,11 @@ func (c *Comm) run(ctx context.Context, t *call, xs ...*xfer) error {
 			b.reset()
 			continue
 		}
-		for _, x := range xs {
-			if err := c.mem.alive(x.peer); err != nil && !x.done() {
+		// Any member lost fails the call, not only a peer this rank
+		// waits for: a live peer may have failed its own part because of
+		// the loss, and would then never send.
+		for r := 0; r < c.size; r++ {
+			if err := c.mem.alive(r); err != nil {
 				return fmt.Errorf("coll: rank %d in %v: %w", c.rank, kind(t.tag), err)
 			}
 		}

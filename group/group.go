@@ -375,7 +375,9 @@ func (g *Group) NextWindowID() uint32 {
 
 // Close releases the group's connections. Windows must be freed first, and
 // subgroups made by Split closed; closing a subgroup closes only its own
-// bootstrap connections.
+// bootstrap connections. Once it is closed, calls of the group, of its
+// subgroups and of windows and communicators left on it return an error
+// matching verbs.ErrClosed.
 func (g *Group) Close() error {
 	if g.parent != nil {
 		return g.boot.Close()

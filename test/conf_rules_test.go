@@ -5,17 +5,21 @@ package test
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
+	"os"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/onesided/rma/atomics"
+	"github.com/onesided/rma/coll"
 	"github.com/onesided/rma/datatype"
 	"github.com/onesided/rma/group"
 	"github.com/onesided/rma/op"
+	"github.com/onesided/rma/verbs"
 	"github.com/onesided/rma/win"
 )
 
@@ -23,6 +27,8 @@ func init() {
 	workers["conf-noop"] = workConfNoOp
 	workers["conf-truelb"] = workConfTrueLB
 	workers["conf-flush"] = workConfFlush
+	workers["conf-collpeerdeath"] = workConfCollPeerDeath
+	workers["conf-afterclose"] = workConfAfterClose
 }
 
 // workConfNoOp (2 ranks): NO_OP on a type other than a 64-bit integer is
@@ -366,6 +372,112 @@ func TestConfFlushEpochs(t *testing.T) {
 	for r, out := range l.run(time.Minute) {
 		if v := value(t, out, "flush"); v != "ok" {
 			t.Errorf("rank %d: flush=%s", r, v)
+		}
+	}
+}
+
+// workConfCollPeerDeath (3 ranks): rank 2's process exits while ranks 0 and
+// 1 start an Allreduce; both must fail with ErrPeerLost within 3 s (a dead
+// process is noticed at once), although rank 0 may only be waiting for
+// rank 1, which has failed its own part and stays alive for 5 s more.
+func workConfCollPeerDeath(ctx context.Context, g *group.Group) error {
+	c, err := coll.New(ctx, g)
+	if err != nil {
+		return err
+	}
+	if err := g.Barrier(ctx); err != nil {
+		return err
+	}
+	if g.Rank() == 2 {
+		time.Sleep(300 * time.Millisecond)
+		os.Exit(0)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	v := make([]float64, 1000)
+	start := time.Now()
+	err = coll.AllreduceOf(cctx, c, v, v, op.Sum)
+	took := time.Since(start)
+	if !errors.Is(err, verbs.ErrPeerLost) || took > 3*time.Second {
+		return fmt.Errorf("Allreduce with rank 2 gone: %v after %v, want %v within 3s", err, took.Round(time.Millisecond), verbs.ErrPeerLost)
+	}
+	fmt.Printf("collpeerdeath=ok after %v: %v\n", took.Round(time.Millisecond), err)
+	time.Sleep(time.Until(start.Add(5 * time.Second)))
+	os.Exit(0) // the group cannot be closed collectively without rank 2
+	return nil
+}
+
+// workConfAfterClose (2 ranks): calls made after the group's Close (a
+// misuse: windows, communicators and subgroups are to be closed first)
+// return an error that matches verbs.ErrClosed, and none panics.
+func workConfAfterClose(ctx context.Context, g *group.Group) error {
+	var l confLog
+	w, err := win.Allocate(ctx, g, 64, 8)
+	if err != nil {
+		return err
+	}
+	c, err := coll.New(ctx, g)
+	if err != nil {
+		return err
+	}
+	sub, err := g.Split(ctx, 0, g.Rank())
+	if err != nil {
+		return err
+	}
+	if err := g.Barrier(ctx); err != nil {
+		return err
+	}
+	// What the window and the others hold keeps parts of the group from
+	// being released: Close says so, and the group is closed all the same.
+	fmt.Printf("Close with a window, a communicator and a subgroup open: %v\n", g.Close())
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	peer := 1 - g.Rank()
+	b8 := make([]byte, 8)
+	v := []int64{1}
+	for _, c := range []struct {
+		name string
+		f    func() error
+	}{
+		{"Barrier", func() error { return g.Barrier(cctx) }},
+		{"AllGather", func() error { _, err := g.AllGather(cctx, b8); return err }},
+		{"the subgroup's Barrier", func() error { return sub.Barrier(cctx) }},
+		{"LockAll", func() error { return w.LockAll(cctx) }},
+		{"Put", func() error { return w.Put(cctx, b8, peer, 0) }},
+		{"Get", func() error { return w.Get(cctx, b8, peer, 0) }},
+		{"FetchAndOp", func() error { _, err := win.FetchAndOp(cctx, w, int64(1), peer, 0, op.Sum); return err }},
+		{"Accumulate", func() error { return w.Accumulate(cctx, b8, datatype.Float64, peer, 0, op.Sum) }},
+		{"Allreduce", func() error { return coll.AllreduceOf(cctx, c, v, v, op.Sum) }},
+		{"the communicator's Close", func() error { return c.Close(cctx) }},
+		{"Free", func() error { return w.Free(cctx) }},
+	} {
+		err := safely(c.f)
+		if err == nil || !errors.Is(err, verbs.ErrClosed) && !errors.Is(err, win.ErrEpoch) {
+			l.failf("%s after the group's Close: %v, want an error matching %v", c.name, err, verbs.ErrClosed)
+		}
+	}
+	if err := l.err(); err != nil {
+		return err
+	}
+	fmt.Println("afterclose=ok")
+	return nil
+}
+
+func TestConfCollPeerDeath(t *testing.T) {
+	l := newLaunch(t, "conf-collpeerdeath", 3)
+	outs := l.run(2 * time.Minute)
+	for r := 0; r < 2; r++ {
+		if v := value(t, outs[r], "collpeerdeath"); !strings.HasPrefix(v, "ok") {
+			t.Errorf("rank %d: collpeerdeath=%s", r, v)
+		}
+	}
+}
+
+func TestConfAfterClose(t *testing.T) {
+	l := newLaunch(t, "conf-afterclose", 2)
+	for r, out := range l.run(time.Minute) {
+		if v := value(t, out, "afterclose"); v != "ok" {
+			t.Errorf("rank %d: afterclose=%s", r, v)
 		}
 	}
 }

@@ -417,6 +417,18 @@ func (f *Fabric) Close() error {
 	if f.dev != nil {
 		keep(f.dev.Close())
 	}
-	*f = Fabric{}
+	// A call made after Close (a misuse: windows and subgroups go first)
+	// fails with errClosed instead of touching what was released: every
+	// peer reads as lost, which every call checks before anything else.
+	peers, msgPeers := f.peers, f.m.peers
+	*f = Fabric{rank: f.rank, size: f.size, peers: peers}
+	f.m.peers = msgPeers
+	f.reads.f = f
+	for i := range peers {
+		peers[i].lost.Store(&errClosed)
+	}
 	return errors.Join(errs...)
 }
+
+// errClosed is what every call to a peer returns once the fabric is closed.
+var errClosed = fmt.Errorf("fabric: the group is closed: %w", verbs.ErrClosed)

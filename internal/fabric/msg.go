@@ -514,6 +514,9 @@ func (f *Fabric) Credits() int { return f.m.credits }
 // Acquire takes a credit for a request to rank and returns it with the
 // registered buffer to build the request in.
 func (f *Fabric) Acquire(ctx context.Context, rank int) (int, []byte, error) {
+	if err := f.peerErr(rank); err != nil {
+		return 0, nil, err
+	}
 	m := &f.m
 	p := &m.peers[rank]
 	for {

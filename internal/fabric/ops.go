@@ -13,6 +13,9 @@ import (
 // Write copies src to raddr at rank. It returns once the data is handed to
 // the NIC (src may be reused); Flush reports its completion.
 func (f *Fabric) Write(ctx context.Context, rank int, src []byte, raddr uint64, rkey uint32) error {
+	if err := f.peerErr(rank); err != nil {
+		return err
+	}
 	p := &f.peers[rank]
 	if len(src) <= f.maxInline {
 		id, err := f.acquireSlot(ctx, rank, true)
@@ -69,6 +72,9 @@ func (f *Fabric) Write(ctx context.Context, rank int, src []byte, raddr uint64, 
 // Read copies len(dst) bytes from raddr at rank into dst and returns when
 // they are there.
 func (f *Fabric) Read(ctx context.Context, rank int, dst []byte, raddr uint64, rkey uint32) error {
+	if err := f.peerErr(rank); err != nil {
+		return err
+	}
 	if n := len(dst); n > 0 && n <= 8 {
 		// Small: into the slot's own 8 bytes, no staging chunk.
 		id, err := f.readSmall(ctx, rank, raddr, rkey, n)
@@ -112,6 +118,9 @@ type Segment struct {
 // free it completes its own pending reads first, so that concurrent calls
 // never hold every slot while each waits for one more.
 func (f *Fabric) ReadV(ctx context.Context, rank int, rkey uint32, dst []byte, segs []Segment) error {
+	if err := f.peerErr(rank); err != nil {
+		return err
+	}
 	p := &f.peers[rank]
 	type pending struct {
 		id  uint32
