@@ -16,6 +16,7 @@ import (
 type loopback struct {
 	dev    *verbs.Context
 	pd     *verbs.PD
+	ch     *verbs.CompChannel // l.cq's channel (no event unless it is armed)
 	cq     *verbs.CQ
 	a, b   *verbs.QP
 	mem    []byte
@@ -55,7 +56,10 @@ func newLoopback(t *testing.T, access verbs.Access) *loopback {
 	l.pd, err = l.dev.AllocPD()
 	must(err)
 	l.closed = append(l.closed, l.pd.Close)
-	l.cq, err = l.dev.CreateCQ(64, nil)
+	l.ch, err = l.dev.CreateCompChannel()
+	must(err)
+	l.closed = append(l.closed, l.ch.Close)
+	l.cq, err = l.dev.CreateCQ(64, l.ch)
 	must(err)
 	l.closed = append(l.closed, l.cq.Close)
 	l.mem, err = verbs.Alloc(4096)
@@ -233,54 +237,8 @@ func TestVerbsDeadPeer(t *testing.T) {
 // call of a service client fail with ErrPeerLost).
 func TestVerbsWaitEndedContext(t *testing.T) {
 	l := newLoopback(t, verbs.AccessRemoteRead|verbs.AccessRemoteWrite)
-	ch, err := l.dev.CreateCompChannel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ch.Close()
-	cq, err := l.dev.CreateCQ(4, ch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cq.Close()
-	qp, err := l.pd.CreateQP(verbs.QPConfig{SendCQ: cq, RecvCQ: l.cq, MaxSendWR: 4, MaxRecvWR: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer qp.Close()
-	pa, err := l.dev.QueryPort(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	table, err := l.dev.GIDTable(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gidIndex, err := verbs.DefaultGIDIndex(table)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gid, err := l.dev.QueryGID(1, gidIndex)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// qp writes to l.b, which is connected back to it.
-	peer, err := l.pd.CreateQP(verbs.QPConfig{SendCQ: l.cq, RecvCQ: l.cq, MaxSendWR: 4, MaxRecvWR: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer peer.Close()
-	path := verbs.Path{Port: 1, LinkLayer: pa.LinkLayer, GIDIndex: gidIndex, MTU: pa.ActiveMTU,
-		MaxRdAtomic: 1, Timeout: 14, RetryCount: 6, RNRRetry: 7, MinRNRTimer: 12,
-		Access: verbs.AccessRemoteRead | verbs.AccessRemoteWrite}
-	ea := verbs.Endpoint{QPN: qp.Num(), PSN: 1, LID: pa.LID, GID: gid.GID}
-	eb := verbs.Endpoint{QPN: peer.Num(), PSN: 2, LID: pa.LID, GID: gid.GID}
-	if err := qp.Connect(&path, ea, eb); err != nil {
-		t.Fatal(err)
-	}
-	if err := peer.Connect(&path, eb, ea); err != nil {
-		t.Fatal(err)
-	}
+	ch, cq, qp := l.ch, l.cq, l.a
+	var err error
 	var wcs [4]verbs.WC
 	const rounds = 400
 	for i := 0; i < rounds; i++ {

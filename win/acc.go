@@ -314,39 +314,12 @@ func (w *Window) nicAccumulate(ctx context.Context, o op.Op, basic datatype.Basi
 		return err
 	}
 	src := packed(origin)
+	if n := t.Count * t.Type.Count(); n > 1 && (route == atomics.NICFetchAdd || route == atomics.NICRead) {
+		return w.nicWords(ctx, route == atomics.NICFetchAdd, src, result, t, d, n)
+	}
 	var olds []byte
 	if result.Data != nil {
 		olds = make([]byte, 8*t.Count*t.Type.Count())
-	}
-	if n := t.Count * t.Type.Count(); n > 1 && (route == atomics.NICFetchAdd || route == atomics.NICRead) {
-		// Independent words: posted in order on one connection (so
-		// applied in order), several in flight.
-		addrs, vals := make([]uint64, 0, n), make([]uint64, n)
-		t.Type.ForEachBlock(t.Count, func(off int64, k int) bool {
-			for j := 0; j < k; j++ {
-				addrs = append(addrs, d.reg.addr+uint64(base+off)+uint64(8*j))
-			}
-			return true
-		})
-		if src != nil {
-			for j := range vals {
-				vals[j] = binary.NativeEndian.Uint64(src[8*j:])
-			}
-		}
-		var words []uint64
-		if olds != nil {
-			words = make([]uint64, n)
-		}
-		if err := w.f.Words(ctx, t.Rank, d.reg.rkey, route == atomics.NICFetchAdd, addrs, vals, words); err != nil {
-			return err
-		}
-		if olds == nil {
-			return nil
-		}
-		for j, v := range words {
-			binary.NativeEndian.PutUint64(olds[8*j:], v)
-		}
-		return fallback.UnpackRange(result.Data, result.Type, result.Count, 0, olds)
 	}
 	i := 0
 	t.Type.ForEachBlock(t.Count, func(off int64, n int) bool {
@@ -374,6 +347,33 @@ func (w *Window) nicAccumulate(ctx context.Context, o op.Op, basic datatype.Basi
 		return err
 	}
 	return fallback.UnpackRange(result.Data, result.Type, result.Count, 0, olds)
+}
+
+// nicWords does nicAccumulate's n independent words, fetch-and-adds of
+// src's words (fadd) or reads, posted in order on one connection (so
+// applied in order) with several in flight.
+func (w *Window) nicWords(ctx context.Context, fadd bool, src []byte, result Buffer, t Region, d dest, n int) error {
+	addrs := make([]uint64, 0, n)
+	t.Type.ForEachBlock(t.Count, func(off int64, k int) bool {
+		for j := 0; j < k; j++ {
+			addrs = append(addrs, d.reg.addr+uint64(d.off+off)+uint64(8*j))
+		}
+		return true
+	})
+	var vals, olds []uint64
+	if fadd {
+		vals = make([]uint64, n)
+		for j := 0; j < n && src != nil; j++ {
+			vals[j] = binary.NativeEndian.Uint64(src[8*j:])
+		}
+	}
+	if result.Data != nil {
+		olds = make([]uint64, n)
+	}
+	if err := w.f.Words(ctx, t.Rank, d.reg.rkey, fadd, addrs, vals, olds); err != nil || olds == nil {
+		return err
+	}
+	return fallback.UnpackRange(result.Data, result.Type, result.Count, 0, datatype.AsBytes(olds))
 }
 
 // nicElement applies o with operand v to the word at addr on the NIC.

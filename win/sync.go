@@ -108,13 +108,21 @@ func (e *epochs) anyLocked() bool {
 	return false
 }
 
+// checkRank is ErrRank unless rank is one of the window's.
+func (w *Window) checkRank(rank int) error {
+	if rank < 0 || rank >= len(w.remote) {
+		return fmt.Errorf("%w: rank %d, group of %d", ErrRank, rank, len(w.remote))
+	}
+	return nil
+}
+
 // checkEpoch says whether an RMA call to rank may be made now.
 func (w *Window) checkEpoch(rank int) error {
 	if w.freed.Load() {
 		return ErrFreed
 	}
-	if rank < 0 || rank >= len(w.remote) {
-		return fmt.Errorf("%w: rank %d, group of %d", ErrRank, rank, len(w.remote))
+	if err := w.checkRank(rank); err != nil {
+		return err
 	}
 	if w.ep.lockAll.Load() || w.ep.access[rank].Load() != 0 {
 		return nil
@@ -326,8 +334,8 @@ func (w *Window) Lock(ctx context.Context, lt LockType, target int, a Assert) er
 	if target == ProcNull {
 		return nil
 	}
-	if target < 0 || target >= len(w.remote) {
-		return fmt.Errorf("%w: rank %d, group of %d", ErrRank, target, len(w.remote))
+	if err := w.checkRank(target); err != nil {
+		return err
 	}
 	if lt != LockShared && lt != LockExclusive {
 		return fmt.Errorf("%w: lock type %d", ErrInvalid, lt)
@@ -374,8 +382,8 @@ func (w *Window) Unlock(ctx context.Context, target int) error {
 	if target == ProcNull {
 		return nil
 	}
-	if target < 0 || target >= len(w.remote) {
-		return fmt.Errorf("%w: rank %d, group of %d", ErrRank, target, len(w.remote))
+	if err := w.checkRank(target); err != nil {
+		return err
 	}
 	bits := w.ep.access[target].Load()
 	if bits&(accShared|accExclusive) == 0 {
@@ -524,8 +532,8 @@ func (w *Window) Flush(ctx context.Context, target int) error {
 	if w.freed.Load() {
 		return ErrFreed
 	}
-	if target < 0 || target >= len(w.remote) {
-		return fmt.Errorf("%w: rank %d, group of %d", ErrRank, target, len(w.remote))
+	if err := w.checkRank(target); err != nil {
+		return err
 	}
 	if !w.ep.lockAll.Load() && w.ep.access[target].Load()&(accShared|accExclusive) == 0 {
 		return fmt.Errorf("%w: flush of rank %d outside a passive-target epoch to it (Lock or LockAll first)", ErrEpoch, target)

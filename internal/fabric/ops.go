@@ -13,9 +13,6 @@ import (
 // Write copies src to raddr at rank. It returns once the data is handed to
 // the NIC (src may be reused); Flush reports its completion.
 func (f *Fabric) Write(ctx context.Context, rank int, src []byte, raddr uint64, rkey uint32) error {
-	if err := f.peerErr(rank); err != nil {
-		return err
-	}
 	p := &f.peers[rank]
 	if len(src) <= f.maxInline {
 		id, err := f.acquireSlot(ctx, rank, true)
@@ -37,6 +34,11 @@ func (f *Fabric) Write(ctx context.Context, rank int, src []byte, raddr uint64, 
 			return err
 		}
 		return nil
+	}
+	// A staging chunk is taken before the slot that checks on rank: a
+	// call to a lost rank (or after Close) must not wait for one.
+	if err := f.peerErr(rank); err != nil {
+		return err
 	}
 	for len(src) > 0 {
 		n := min(len(src), f.chunkSize)
@@ -72,9 +74,6 @@ func (f *Fabric) Write(ctx context.Context, rank int, src []byte, raddr uint64, 
 // Read copies len(dst) bytes from raddr at rank into dst and returns when
 // they are there.
 func (f *Fabric) Read(ctx context.Context, rank int, dst []byte, raddr uint64, rkey uint32) error {
-	if err := f.peerErr(rank); err != nil {
-		return err
-	}
 	if n := len(dst); n > 0 && n <= 8 {
 		// Small: into the slot's own 8 bytes, no staging chunk.
 		id, err := f.readSmall(ctx, rank, raddr, rkey, n)
