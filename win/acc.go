@@ -48,12 +48,17 @@ func (w *Window) Accumulate(ctx context.Context, origin []byte, dt datatype.Basi
 }
 
 // GetAccumulate is Accumulate that also returns the target's old contents
-// in result (MPI_Get_accumulate). With NO_OP origin is ignored. It returns
-// when result holds the old values.
+// in result (MPI_Get_accumulate). origin and result hold the same number
+// of elements (ErrInvalid otherwise, as their type signatures differ),
+// except with NO_OP, which ignores origin. It returns when result holds the
+// old values.
 func (w *Window) GetAccumulate(ctx context.Context, origin, result []byte, dt datatype.Basic, target, disp int, o op.Op) error {
 	n, err := elements(result, dt)
 	if err != nil {
 		return err
+	}
+	if o != op.NoOp && len(origin) != len(result) {
+		return fmt.Errorf("%w: GetAccumulate of %d origin bytes into %d result bytes", ErrInvalid, len(origin), len(result))
 	}
 	return w.GetAccumulateTo(ctx, Buffer{origin, dt.Type(), n}, Buffer{result, dt.Type(), n},
 		Region{Rank: target, Disp: disp, Type: dt.Type(), Count: n}, o)

@@ -36,9 +36,16 @@
 // returns ErrEpoch, and so does Free inside an epoch other than a fence
 // epoch (unless a peer is lost: see Free). Locks and post/start counters live in a small page of
 // each rank's memory and are driven by NIC atomics only: the target's CPU
-// takes no part, and a waiting writer holds off new readers. Lock and
-// LockAll take only the NoCheck assertion (then no lock is taken); any
-// other assertion returns ErrInvalid, as in MPICH.
+// takes no part, and a waiting writer holds off new readers. Each epoch
+// call takes only the assertions MPI lists for it (see Assert; Lock and
+// LockAll take only NoCheck, and then take no lock); any other returns
+// ErrInvalid, as in MPICH. As in MPICH too, a Start epoch and Lock epochs
+// exclude each other, whatever their ranks (ErrEpoch).
+//
+// Fence and Free synchronise through a barrier of the window's own (NIC
+// atomics on the same page), not the group's: windows of one group may be
+// fenced and freed concurrently from different goroutines, each goroutine
+// driving its own window, and their fences never pair with each other.
 //
 // A Fence opens an epoch that starts only if RMA calls follow it (MPI-4.1
 // 12.5.1): after a Fence and before any RMA call, Lock, LockAll, Post and
@@ -102,9 +109,9 @@
 // FetchAndOp, CompareAndSwap, Request.Wait) never writes its result buffer
 // afterwards, and the target may or may not have applied it (a cancelled
 // accumulate on many 64-bit integers, which the NIC applies word by word,
-// may have updated some words and not others, each word whole). A cancelled
-// Fence or Free leaves the group's bootstrap broken: later collective calls
-// fail. When a peer process dies, calls to it fail with ErrPeerLost at once
+// may have updated some words and not others, each word whole). A Fence
+// cancelled while it waits for the other ranks has told them it came: call
+// Fence again to complete it (Free completes it too). When a peer process dies, calls to it fail with ErrPeerLost at once
 // (its kernel closes its connections); when its whole host dies, within
 // about twice the group's peer timeout (group.Options.PeerTimeout: the
 // transport gives up after seven ACK timeouts, and the liveness connection

@@ -168,7 +168,8 @@ func (d *dynamic) search(addr uint64) int {
 // told them (with a barrier or a message) that it is attached; from then
 // on they may, in any epoch. Any number of regions may be attached, also
 // side by side; they must not overlap (ErrInvalid). An RMA call's target
-// bytes must lie in one attached region, as MPI requires.
+// bytes must lie in one attached region, as MPI requires. Attach and Detach
+// of no memory do nothing and succeed, as MPICH's do.
 func (w *Window) Attach(mem []byte) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -179,7 +180,7 @@ func (w *Window) Attach(mem []byte) error {
 		return fmt.Errorf("%w: Attach on a %v window", ErrInvalid, w.flavor)
 	}
 	if len(mem) == 0 {
-		return fmt.Errorf("%w: Attach of no memory", ErrInvalid)
+		return nil // as in MPICH: nothing to expose
 	}
 	d := &w.dyn
 	lo := uint64(Address(mem))
@@ -233,10 +234,13 @@ func (w *Window) Detach(mem []byte) error {
 	if w.flavor != FlavorDynamic {
 		return fmt.Errorf("%w: Detach on a %v window", ErrInvalid, w.flavor)
 	}
+	if len(mem) == 0 {
+		return nil // what Attach of no memory attached
+	}
 	d := &w.dyn
 	lo := uint64(Address(mem))
 	i := d.search(lo) - 1
-	if len(mem) == 0 || i < 0 || d.regions[i].addr() != lo {
+	if i < 0 || d.regions[i].addr() != lo {
 		return fmt.Errorf("%w: Detach of %d bytes at %#x, which are not attached", ErrInvalid, len(mem), lo)
 	}
 	a := d.regions[i]

@@ -9,9 +9,12 @@ import (
 	"unsafe"
 )
 
-// Assert is a set of MPI assertions on an epoch call (MPI_MODE_*). They are
-// accepted on every call that MPI allows them on; this implementation uses
-// NoCheck (skip the lock protocol) and NoSucceed (no epoch follows a fence).
+// Assert is a set of MPI assertions on an epoch call (MPI_MODE_*). Each call
+// takes those MPI-4.1 12.5.5 lists for it, and returns ErrInvalid for any
+// other, as MPICH does: Fence NoStore, NoPut, NoPrecede and NoSucceed; Post
+// NoCheck, NoStore and NoPut; Start, Lock and LockAll NoCheck. This
+// implementation uses NoCheck (skip the lock protocol) and NoSucceed (no
+// epoch follows a fence).
 type Assert int
 
 const (
@@ -43,6 +46,7 @@ const (
 const (
 	syncLock   = 0  // readers in the low 32 bits, writers (holding or waiting) in the high 32
 	syncOwner  = 8  // rank+1 of the exclusive holder, 0 if none
+	syncFence  = 16 // barriers (Fence, Free) entered by the other ranks
 	syncPosted = 64 // + 8*r: Posts rank r made to this rank
 	regionHead = 64 // dynamic windows: the head of the region table, at syncTable (see dynamic.go)
 	regionSize = 32 // dynamic windows: one entry of the region table, in a buffer of its own
@@ -68,6 +72,9 @@ type epochs struct {
 	started     []uint64 // per target: Posts consumed by Start
 	exposeGroup []int    // Post's group; nil outside an exposure epoch
 	waited      []uint64 // per origin: Completes consumed by Wait
+
+	barriers       uint64 // barriers this rank entered (see barrier)
+	barrierPending bool   // the last one's wait was cut short by its context
 }
 
 func (e *epochs) init(n int) {
@@ -150,13 +157,16 @@ func (w *Window) Fence(ctx context.Context, a Assert) error {
 	if w.freed.Load() {
 		return ErrFreed
 	}
+	if a&^(NoStore|NoPut|NoPrecede|NoSucceed) != 0 {
+		return fmt.Errorf("%w: Fence takes NoStore, NoPut, NoPrecede and NoSucceed only (got %#x)", ErrInvalid, int(a))
+	}
 	if w.ep.lockAll.Load() || w.ep.anyAccess() || w.ep.exposeGroup != nil {
 		return fmt.Errorf("%w: Fence inside a lock or post-start-complete-wait epoch", ErrEpoch)
 	}
 	if err := w.flushAll(ctx); err != nil {
 		return err
 	}
-	if err := w.g.Barrier(ctx); err != nil {
+	if err := w.barrier(ctx); err != nil {
 		return err
 	}
 	w.ep.fence.Store(a&NoSucceed == 0)
@@ -168,8 +178,62 @@ func (w *Window) Fence(ctx context.Context, a Assert) error {
 // memory with the engine's updates (see fabric.SyncEngine). The calls that
 // end or begin an epoch exposing this rank's memory make it: Lock and
 // Unlock of this rank, LockAll and UnlockAll, Post, Wait and a true Test,
-// and Sync; Fence and Free do through the group's barrier.
+// Sync, and Fence and Free (in barrier).
 func (w *Window) syncLocal() { w.f.SyncEngine() }
+
+// barrier is the window's own barrier, for Fence and Free. Each rank adds
+// one to the syncFence word of every other rank with a NIC atomic, then
+// waits until its own word holds one from each for every barrier it has
+// entered. It belongs to the window, not to the group (whose Barrier runs
+// over the bootstrap connections): Fences of two windows of one group,
+// called from two goroutines, never pair with each other, as MPI has each
+// window a communication context of its own. The sum is exact: no rank
+// can enter barrier k+1 before every rank has entered barrier k, so while
+// a rank waits in barrier k the others have each entered k-1, k or, only
+// once all have entered k, k+1.
+//
+// The notices, once posted, are awaited whatever ctx says (see syncAdd):
+// a barrier whose wait ctx cut short is pending, and the next call resumes
+// its wait instead of entering another (a Fence retried after its context
+// ended completes the one the other ranks have seen).
+func (w *Window) barrier(ctx context.Context) error {
+	n, me := len(w.remote), w.g.Rank()
+	if !w.ep.barrierPending {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		w.syncLocal()
+		w.ep.barriers++
+		w.ep.barrierPending = true
+		var first error // every live rank is told, so that none waits for ever
+		for r := range n {
+			if r == me {
+				continue
+			}
+			if _, err := w.syncAdd(ctx, r, syncFence, 1); err != nil && first == nil {
+				first = err
+			}
+		}
+		if first != nil {
+			return first
+		}
+	}
+	p := w.syncWord(syncFence)
+	want := w.ep.barriers * uint64(n-1)
+	for i := 0; atomic.LoadUint64(p) < want; i++ {
+		for r := range n {
+			if err := w.f.PeerErr(r); err != nil {
+				return err
+			}
+		}
+		if err := backoff(ctx, i); err != nil {
+			return err
+		}
+	}
+	w.ep.barrierPending = false
+	w.syncLocal()
+	return nil
+}
 
 // backoff waits a little longer each time it is called in a poll loop.
 func backoff(ctx context.Context, i int) error {
@@ -345,6 +409,9 @@ func (w *Window) Lock(ctx context.Context, lt LockType, target int, a Assert) er
 	}
 	if w.ep.inFence() || w.ep.lockAll.Load() || w.ep.access[target].Load() != 0 {
 		return fmt.Errorf("%w: Lock of rank %d inside another epoch to it", ErrEpoch, target)
+	}
+	if w.ep.startGroup != nil {
+		return fmt.Errorf("%w: Lock of rank %d inside a Start epoch", ErrEpoch, target)
 	}
 	bit := accShared
 	if lt == LockExclusive {
@@ -584,6 +651,9 @@ func (w *Window) Post(ctx context.Context, origins []int, a Assert) error {
 	if w.freed.Load() {
 		return ErrFreed
 	}
+	if a&^(NoCheck|NoStore|NoPut) != 0 {
+		return fmt.Errorf("%w: Post takes NoCheck, NoStore and NoPut only (got %#x)", ErrInvalid, int(a))
+	}
 	if w.ep.exposeGroup != nil || w.ep.inFence() {
 		return fmt.Errorf("%w: Post inside an exposure or fence epoch", ErrEpoch)
 	}
@@ -615,16 +685,16 @@ func (w *Window) Start(ctx context.Context, targets []int, a Assert) error {
 	if w.freed.Load() {
 		return ErrFreed
 	}
-	if w.ep.startGroup != nil || w.ep.inFence() || w.ep.lockAll.Load() {
-		return fmt.Errorf("%w: Start inside another access epoch", ErrEpoch)
+	if a&^NoCheck != 0 {
+		return fmt.Errorf("%w: Start takes only the NoCheck assertion (got %#x)", ErrInvalid, int(a))
+	}
+	// As in MPICH, a Start epoch and Lock epochs exclude each other, whatever
+	// their ranks (MPI: distinct access epochs of a window must be disjoint).
+	if w.ep.anyAccess() || w.ep.inFence() || w.ep.lockAll.Load() {
+		return fmt.Errorf("%w: Start inside another access epoch (Lock, LockAll, Start or fence)", ErrEpoch)
 	}
 	if err := w.checkGroup(targets); err != nil {
 		return err
-	}
-	for _, t := range targets {
-		if w.ep.access[t].Load() != 0 {
-			return fmt.Errorf("%w: Start while rank %d is locked", ErrEpoch, t)
-		}
 	}
 	for _, t := range targets {
 		if err := w.waitWord(ctx, syncPosted+8*t, w.ep.started[t]+1); err != nil {

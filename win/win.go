@@ -317,7 +317,14 @@ func (w *Window) Free(ctx context.Context) error {
 	if lerr := w.ep.releaseAll(ctx, w); err == nil {
 		err = lerr
 	}
-	if berr := w.g.Barrier(ctx); err == nil {
+	// A Fence whose wait its context cut short is completed first: the
+	// other ranks counted it.
+	if w.ep.barrierPending {
+		if berr := w.barrier(ctx); err == nil {
+			err = berr
+		}
+	}
+	if berr := w.barrier(ctx); err == nil {
 		err = berr
 	}
 	w.release()
