@@ -111,8 +111,9 @@
 // accumulate on many 64-bit integers, which the NIC applies word by word,
 // may have updated some words and not others, each word whole). A Fence
 // cancelled while it waits for the other ranks has told them it came: call
-// Fence again to complete it (Free completes it too). When a peer process dies, calls to it fail with ErrPeerLost at once
-// (its kernel closes its connections); when its whole host dies, within
+// Fence again to complete it (Free completes it too). When a peer process
+// dies, calls to it fail with ErrPeerLost at once (its kernel closes its
+// connections); when its whole host dies, within
 // about twice the group's peer timeout (group.Options.PeerTimeout: the
 // transport gives up after seven ACK timeouts, and the liveness connection
 // within three peer timeouts). Calls among the others go on, collectives
