@@ -22,9 +22,10 @@ import (
 
 // Request-based RMA (MPI-4.1 12.3.5 and 12.4-12.5): an MPI_Rget,
 // MPI_Rput, MPI_Raccumulate or MPI_Rget_accumulate belongs to the epoch it
-// was issued in, and the call that ends the epoch or flushes its target
-// (unlock, unlock_all, flush, flush_all, flush_local, flush_local_all,
-// fence, complete, free) completes it like any other RMA call: when that
+// was issued in, a passive-target one (MPI allows them nowhere else), and
+// the call that ends the epoch or flushes its target (unlock, unlock_all,
+// flush, flush_all, flush_local, flush_local_all) completes it like any
+// other RMA call: when that
 // call returns, an Rget's buffer holds the data, and a later MPI_Wait or
 // MPI_Test returns at once. Waitall, Waitany, Waitsome, Testall and Testany
 // follow MPI-4.1 3.7.5.
@@ -227,17 +228,38 @@ func workReqEpochs(ctx context.Context, g *group.Group) error {
 		return err
 	}
 
-	// Fence.
+	// Active-target epochs: MPI-4.1 12.3.5 allows the request-based calls
+	// only in passive-target ones (MPICH: MPI_ERR_RMA_SYNC).
+	refused := func(where string, t int) error {
+		b := make([]byte, 8)
+		f64 := datatype.Float64.Type()
+		calls := map[string]func() (*win.Request, error){
+			"RGet": func() (*win.Request, error) { return w.RGet(ctx, b, t, 0) },
+			"RPut": func() (*win.Request, error) { return w.RPut(ctx, b, t, 0) },
+			"RAccumulate": func() (*win.Request, error) {
+				return w.RAccumulate(ctx, win.Buffer{Data: b, Type: f64, Count: 1}, win.Region{Rank: t, Type: f64, Count: 1}, op.Sum)
+			},
+			"RGetAccumulate": func() (*win.Request, error) {
+				return w.RGetAccumulate(ctx, win.Buffer{Data: b, Type: f64, Count: 1}, win.Buffer{Data: make([]byte, 8), Type: f64, Count: 1}, win.Region{Rank: t, Type: f64, Count: 1}, op.Sum)
+			},
+		}
+		for name, call := range calls {
+			if r, err := call(); !errors.Is(err, win.ErrEpoch) || r != nil {
+				return fmt.Errorf("%s to rank %d in %s: request %v, error %v; want no request and %v", name, t, where, r, err, win.ErrEpoch)
+			}
+		}
+		return nil
+	}
 	if err := w.Fence(ctx, win.NoPrecede); err != nil {
 		return err
 	}
-	if err := issueAll(); err != nil {
+	if err := w.Get(ctx, make([]byte, 8), (me+1)%n, 0); err != nil { // the fence epoch starts
+		return err
+	}
+	if err := everyone(func(t int) error { return refused("a fence epoch", t) }); err != nil {
 		return err
 	}
 	if err := w.Fence(ctx, win.NoSucceed); err != nil {
-		return fmt.Errorf("Fence with RGets outstanding: %w", err)
-	}
-	if err := checkAll("Fence"); err != nil {
 		return err
 	}
 
@@ -255,20 +277,12 @@ func workReqEpochs(ctx context.Context, g *group.Group) error {
 		return err
 	}
 	for _, t := range others {
-		if all[t].rs, all[t].bufs, err = reqIssue(ctx, w, t); err != nil {
+		if err := refused("a post-start-complete-wait epoch", t); err != nil {
 			return err
 		}
 	}
 	if err := w.Complete(ctx); err != nil {
-		return fmt.Errorf("Complete with RGets outstanding: %w", err)
-	}
-	for _, t := range others {
-		if err := reqCheck("Complete", t, all[t].bufs); err != nil {
-			return err
-		}
-		if err := reqWaitDone(ctx, "Complete", all[t].rs); err != nil {
-			return err
-		}
+		return err
 	}
 	if err := w.Wait(ctx); err != nil {
 		return err
@@ -334,18 +348,7 @@ func workReqEpochs(ctx context.Context, g *group.Group) error {
 	if err := checkAll("UnlockAll after the refused Free"); err != nil {
 		return err
 	}
-
-	// Free completes what a fence epoch left outstanding.
-	if err := w.Fence(ctx, win.NoPrecede); err != nil {
-		return err
-	}
-	if err := issueAll(); err != nil {
-		return err
-	}
 	if err := w.Free(ctx); err != nil {
-		return fmt.Errorf("Free with RGets outstanding: %w", err)
-	}
-	if err := checkAll("Free"); err != nil {
 		return err
 	}
 	fmt.Println("reqepochs=ok")
@@ -365,7 +368,7 @@ const (
 func rpPut(origin, target, round, k int) byte { return byte(origin*53 + target*19 + round*7 + k*3 + 1) }
 
 // workReqPuts (3 ranks): RPut, RAccumulate and RGetAccumulate to every
-// rank, completed by UnlockAll, by Unlock, by FlushAll and by Fence: the
+// rank, completed by UnlockAll, by Unlock, by FlushAll and by Flush: the
 // fetched old values are in place when the synchronisation returns, and
 // each target sees every update after its next synchronisation.
 func workReqPuts(ctx context.Context, g *group.Group) error {
@@ -496,8 +499,8 @@ func workReqPuts(ctx context.Context, g *group.Group) error {
 				return err
 			}
 		case 3:
-			how = "Fence"
-			if err := w.Fence(ctx, win.NoPrecede); err != nil {
+			how = "Flush"
+			if err := w.LockAll(ctx); err != nil {
 				return err
 			}
 			for t := 0; t < n; t++ {
@@ -506,9 +509,9 @@ func workReqPuts(ctx context.Context, g *group.Group) error {
 					return err
 				}
 				reqs = append(reqs, rs)
-			}
-			if err := w.Fence(ctx, win.NoSucceed); err != nil {
-				return err
+				if err := w.Flush(ctx, t); err != nil {
+					return err
+				}
 			}
 		}
 		for t := 0; t < n; t++ {
@@ -547,7 +550,7 @@ func workReqPuts(ctx context.Context, g *group.Group) error {
 				return fmt.Errorf("round %d (%s): RGetAccumulate SUM (float64) from rank %d: %v, want %v", round, how, o, got, want)
 			}
 		}
-		if round%4 == 2 {
+		if round%4 >= 2 {
 			if err := w.UnlockAll(ctx); err != nil {
 				return err
 			}

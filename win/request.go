@@ -17,9 +17,13 @@ import (
 // RGetAccumulate, RPutTo or RGetTo (MPI_Request). The operation is started
 // (checked, and posted or sent) before the call returns; Wait, Test, the
 // Waitall family, or the synchronisation that ends its epoch complete it.
+// As MPI-4.1 12.3.5 says, the request-based calls are valid only in a
+// passive-target epoch (Lock or LockAll) to their target; anywhere else,
+// in a fence or a post-start-complete-wait epoch too, they return ErrEpoch,
+// as MPICH's do.
 //
 // As MPI-4.1 (12.4, 12.5) requires, Unlock, UnlockAll, Flush, FlushAll,
-// FlushLocal, FlushLocalAll, Fence, Complete and Free complete every
+// FlushLocal, FlushLocalAll and Free complete every
 // request-based operation the process issued to the targets they
 // synchronise, like the other RMA calls: when they return, an RGet's
 // buffer holds the data. Wait and Test on a request completed that way
@@ -345,12 +349,38 @@ func (w *Window) endRequests(err error) {
 // be reused); a flush or the end of the epoch completes the put at the
 // target and reports its failure there.
 func (w *Window) RPut(ctx context.Context, origin []byte, target, disp int) (*Request, error) {
+	if err := w.passive(target); err != nil {
+		return nil, err
+	}
 	return done(w.Put(ctx, origin, target, disp))
+}
+
+// passive is ErrEpoch unless target is in a passive-target access epoch
+// (Lock or LockAll): MPI allows the request-based calls only there
+// (MPI-4.1 12.3.5), and MPICH refuses them elsewhere (MPI_ERR_RMA_SYNC).
+// ProcNull passes, as in MPICH, which returns before its epoch checks.
+func (w *Window) passive(target int) error {
+	if target == ProcNull {
+		return nil
+	}
+	if w.freed.Load() {
+		return ErrFreed
+	}
+	if err := w.checkRank(target); err != nil {
+		return err
+	}
+	if w.ep.lockAll.Load() || w.ep.access[target].Load()&(accShared|accExclusive|accNoCheck) != 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: request-based RMA call to rank %d outside a passive-target epoch (Lock or LockAll; MPI allows them nowhere else)", ErrEpoch, target)
 }
 
 // RPutTo is the request-based PutTo (MPI_Rput with datatypes); like RPut,
 // its request is complete at once.
 func (w *Window) RPutTo(ctx context.Context, origin Buffer, t Region) (*Request, error) {
+	if err := w.passive(t.Rank); err != nil {
+		return nil, err
+	}
 	return done(w.PutTo(ctx, origin, t))
 }
 
@@ -359,6 +389,9 @@ func (w *Window) RPutTo(ctx context.Context, origin Buffer, t Region) (*Request,
 // applied by NIC atomics, before the call returns); a flush or the end of
 // the epoch completes it at the target.
 func (w *Window) RAccumulate(ctx context.Context, origin Buffer, target Region, o op.Op) (*Request, error) {
+	if err := w.passive(target.Rank); err != nil {
+		return nil, err
+	}
 	return done(w.AccumulateTo(ctx, origin, target, o))
 }
 
@@ -371,6 +404,9 @@ func (w *Window) RAccumulate(ctx context.Context, origin Buffer, target Region, 
 func (w *Window) RGet(ctx context.Context, result []byte, target, disp int) (*Request, error) {
 	if target == ProcNull {
 		return w.nullRequest()
+	}
+	if err := w.passive(target); err != nil {
+		return nil, err
 	}
 	addr, rkey, err := w.address(ctx, target, disp, len(result))
 	if err != nil {
@@ -393,6 +429,9 @@ func (w *Window) RGet(ctx context.Context, result []byte, target, disp int) (*Re
 func (w *Window) RGetTo(ctx context.Context, result Buffer, t Region) (*Request, error) {
 	if t.Rank == ProcNull {
 		return w.nullRequest()
+	}
+	if err := w.passive(t.Rank); err != nil {
+		return nil, err
 	}
 	if empty, err := checkData("result", &result, &t); err != nil || empty {
 		if err == nil {
@@ -435,6 +474,9 @@ func (w *Window) RGetTo(ctx context.Context, result Buffer, t Region) (*Request,
 func (w *Window) RGetAccumulate(ctx context.Context, origin, result Buffer, t Region, o op.Op) (*Request, error) {
 	if t.Rank == ProcNull {
 		return w.nullRequest()
+	}
+	if err := w.passive(t.Rank); err != nil {
+		return nil, err
 	}
 	if o == op.NoOp {
 		origin = Buffer{Type: t.Type, Count: t.Count}
