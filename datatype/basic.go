@@ -318,5 +318,12 @@ func View[T Element](b []byte) ([]T, error) {
 	if uintptr(p)%align != 0 {
 		return nil, errorf(ErrInvalid, "buffer at %#x is not %d-byte aligned", uintptr(p), align)
 	}
+	if _, ok := any(z).(bool); ok {
+		for i, c := range b {
+			if c > 1 {
+				return nil, errorf(ErrInvalid, "byte %d is %d: a bool is 0 or 1", i, c)
+			}
+		}
+	}
 	return unsafe.Slice((*T)(p), len(b)/size), nil
 }

@@ -124,6 +124,32 @@ func TestAsBytesView(t *testing.T) {
 	if AsBytes([]int32(nil)) != nil {
 		t.Errorf("AsBytes(nil)")
 	}
+	if v, err := View[bool]([]byte{0, 1, 1}); err != nil || len(v) != 3 || v[0] || !v[2] {
+		t.Errorf("View[bool] of 0, 1, 1 = %v, %v", v, err)
+	}
+	if v, err := View[bool]([]byte{2, 1, 0}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("View[bool] of 2, 1, 0 = %v, %v; want an error wrapping ErrInvalid (a Go bool is 0 or 1)", v, err)
+	}
+}
+
+// TestPackZeroExtent: instances of a type with a zero extent all lie on
+// the same bytes, so any count fits a small buffer; packing more than any
+// allocation can hold is an error, not a panic.
+func TestPackZeroExtent(t *testing.T) {
+	z, err := Resized(Int64.Type(), 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := []byte{1, 2, 3, 4, 5, 6, 7, 8}
+	got, err := AppendPack(nil, src, 3, z)
+	if err != nil || !bytes.Equal(got, bytes.Repeat(src, 3)) {
+		t.Errorf("AppendPack of 3 zero-extent int64s = %v, %v; want the 8 bytes three times", got, err)
+	}
+	for _, count := range []int{1 << 58, 1<<62 - 1, int(maxInt)} {
+		if _, err := AppendPack(nil, src, count, z); !errors.Is(err, ErrInvalid) {
+			t.Errorf("AppendPack of %d zero-extent int64s: %v, want an error wrapping ErrInvalid", count, err)
+		}
+	}
 }
 
 func TestConstructorErrors(t *testing.T) {

@@ -324,15 +324,21 @@ func (p *typ) overlapsSlow(count int64) bool {
 // AppendPack appends to dst the data of count consecutive instances of t
 // laid out in src (the first instance at offset 0), packed contiguously in
 // type-map order (MPI_Pack), and returns the extended slice. The data must lie
-// inside src (errors wrap [ErrOutOfRange]).
+// inside src (errors wrap [ErrOutOfRange]). dst grows by the packed size,
+// count*t.Size(), at once: with a type whose instances overlap (an extent
+// smaller than its size, down to zero) that can be far more than len(src);
+// above 2^47 bytes (128 TiB), which no allocation reaches, the error wraps
+// [ErrInvalid].
 func AppendPack(dst, src []byte, count int, t Type) ([]byte, error) {
 	if err := t.Fits(count, int64(len(src)), 0); err != nil {
 		return dst, err
 	}
-	n := int64(count) * t.Size()
-	if n > maxInt-int64(len(dst)) {
-		return dst, errorf(ErrInvalid, "pack: %d bytes do not fit in a slice", n)
+	// count*Size may overflow when the extent is zero (Fits passed); and
+	// no slice of more than maxPack bytes can be allocated.
+	if sz := t.Size(); sz > 0 && int64(count) > (maxPack-int64(len(dst)))/sz {
+		return dst, errorf(ErrInvalid, "pack: %d instances of %d bytes do not fit in a slice", count, sz)
 	}
+	n := int64(count) * t.Size()
 	dst = slices.Grow(dst, int(n))
 	t.ForEachBlock(count, func(off int64, k int) bool {
 		dst = append(dst, src[off:off+int64(k)*t.p.esize]...)

@@ -10,6 +10,9 @@ import (
 
 const (
 	maxInt = int64(^uint(0) >> 1)
+	// maxPack bounds a packed buffer: larger slices cannot be allocated
+	// (Go's heap spans at most 2^48 bytes on 64-bit platforms).
+	maxPack = min(maxInt, 1<<47)
 	// maxBlocks bounds the flattened form built by the indexed constructors
 	// (the only ones that expand their old type).
 	maxBlocks = 1 << 24

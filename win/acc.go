@@ -3,6 +3,7 @@ package win
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -116,8 +117,12 @@ type dest struct {
 	empty bool // the call moves no data: it succeeds without touching memory
 }
 
-// resolve checks the epoch and that t lies in the target's window.
-func (w *Window) resolve(ctx context.Context, t *Region) (dest, error) {
+// resolve checks the epoch and that t lies in the target's window. A call
+// that writes the target layout (all but Get) receives into it, so, as in a
+// receive, its entries must not overlap: a layout that moves more bytes
+// than its window region holds certainly does, and is refused here in
+// constant time, before anything is sized by it.
+func (w *Window) resolve(ctx context.Context, t *Region, writes bool) (dest, error) {
 	if err := w.checkEpoch(t.Rank); err != nil {
 		return dest{}, err
 	}
@@ -129,7 +134,21 @@ func (w *Window) resolve(ctx context.Context, t *Region) (dest, error) {
 		return dest{}, fmt.Errorf("%w: %d x %v at displacement %d of rank %d's %d-byte window: %w",
 			ErrOutOfWindow, t.Count, t.Type, t.Disp, t.Rank, reg.size, err)
 	}
+	if sz := t.Type.Size(); writes && sz > 0 && int64(t.Count) > reg.size/sz {
+		return dest{}, fmt.Errorf("%w: %d x %v writes more bytes than rank %d's %d-byte window holds: its entries overlap",
+			ErrInvalid, t.Count, t.Type, t.Rank, reg.size)
+	}
 	return dest{reg: reg, off: off}, nil
+}
+
+// opErr makes an invalid op or datatype that package op found (op.ErrInvalid)
+// match ErrInvalid too, as every other invalid argument of a call does;
+// op.ErrOpDatatype and op.ErrOpUse pass unchanged.
+func opErr(err error) error {
+	if errors.Is(err, op.ErrInvalid) {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return err
 }
 
 // check validates an accumulate-family call and returns its basic type
@@ -142,7 +161,7 @@ func (w *Window) check(ctx context.Context, o op.Op, use op.Use, origin, result 
 	}
 	basic := t.Type.Basic()
 	if err := op.Check(o, basic, use); err != nil {
-		return 0, dest{}, err
+		return 0, dest{}, opErr(err)
 	}
 	if !w.policy.Declared(o, basic) {
 		return 0, dest{}, fmt.Errorf("%w: %v on %v", ErrUndeclared, o, basic)
@@ -168,7 +187,7 @@ func (w *Window) check(ctx context.Context, o op.Op, use op.Use, origin, result 
 	if empty {
 		return basic, dest{empty: true}, w.emptyDisp(t.Disp)
 	}
-	d, err := w.resolve(ctx, t)
+	d, err := w.resolve(ctx, t, true)
 	if err != nil {
 		return 0, dest{}, err
 	}
@@ -280,7 +299,7 @@ func (w *Window) sendPiece(ctx context.Context, kind fallback.Kind, o op.Op, ran
 // compareAndSwapEngine sends a compare-and-swap to the target's engine.
 func (w *Window) compareAndSwapEngine(ctx context.Context, origin, compare, result []byte, dt datatype.Basic, target, disp int) error {
 	t := Region{Rank: target, Disp: disp, Type: dt.Type(), Count: 1}
-	d, err := w.resolve(ctx, &t)
+	d, err := w.resolve(ctx, &t, true)
 	if err != nil {
 		return err
 	}

@@ -435,11 +435,11 @@ func (w *Window) RGetTo(ctx context.Context, result Buffer, t Region) (*Request,
 	}
 	if empty, err := checkData("result", &result, &t); err != nil || empty {
 		if err == nil {
-			err = w.checkEpoch(t.Rank)
+			err = w.emptyCall(t)
 		}
 		return done(err)
 	}
-	d, err := w.resolve(ctx, &t)
+	d, err := w.resolve(ctx, &t, false)
 	if err != nil {
 		return nil, err
 	}

@@ -57,6 +57,15 @@ func (w *Window) address(ctx context.Context, rank, disp, n int) (uint64, uint32
 	return reg.addr + uint64(off), reg.rkey, nil
 }
 
+// emptyCall checks a call with datatypes that moves no data: its epoch,
+// and its displacement (emptyDisp).
+func (w *Window) emptyCall(t Region) error {
+	if err := w.checkEpoch(t.Rank); err != nil {
+		return err
+	}
+	return w.emptyDisp(t.Disp)
+}
+
 // emptyDisp checks the displacement of a call that moves no data: as in
 // MPICH, a negative one is an error on a window that is not dynamic, and
 // any other succeeds, beyond the window's end or in no attached region.
@@ -105,7 +114,7 @@ func (w *Window) FetchAndOp(ctx context.Context, origin, result []byte, dt datat
 		return w.nullCall()
 	}
 	if err := op.Check(o, dt, op.GetAccumulate); err != nil {
-		return err
+		return opErr(err)
 	}
 	n := dt.Size()
 	if len(result) != n || (o != op.NoOp && len(origin) != n) {
@@ -121,7 +130,7 @@ func (w *Window) FetchAndOp(ctx context.Context, origin, result []byte, dt datat
 			ob = origin
 		}
 		t := Region{Rank: target, Disp: disp, Type: dt.Type(), Count: 1}
-		d, err := w.resolve(ctx, &t)
+		d, err := w.resolve(ctx, &t, true)
 		if err != nil {
 			return err
 		}
@@ -156,7 +165,7 @@ func (w *Window) CompareAndSwap(ctx context.Context, origin, compare, result []b
 		return w.nullCall()
 	}
 	if err := op.CheckCompareAndSwap(dt); err != nil {
-		return err
+		return opErr(err)
 	}
 	n := dt.Size()
 	if len(origin) != n || len(compare) != n || len(result) != n {
@@ -218,6 +227,12 @@ func checkData(name string, b *Buffer, t *Region) (empty bool, err error) {
 	if err := b.Type.Fits(b.Count, int64(len(b.Data)), 0); err != nil {
 		return false, fmt.Errorf("%w: %s buffer of %d bytes: %w", ErrInvalid, name, len(b.Data), err)
 	}
+	// A result buffer receives: its entries must not overlap, and a layout
+	// that takes more bytes than the buffer holds certainly does.
+	if sz := b.Type.Size(); name == "result" && sz > 0 && int64(b.Count) > int64(len(b.Data))/sz {
+		return false, fmt.Errorf("%w: %d x %v receives more bytes than its %d-byte buffer holds: its entries overlap",
+			ErrInvalid, b.Count, b.Type, len(b.Data))
+	}
 	return false, nil
 }
 
@@ -229,11 +244,11 @@ func (w *Window) PutTo(ctx context.Context, origin Buffer, t Region) error {
 	}
 	if empty, err := checkData("origin", &origin, &t); err != nil || empty {
 		if err == nil {
-			err = w.checkEpoch(t.Rank)
+			err = w.emptyCall(t)
 		}
 		return err
 	}
-	d, err := w.resolve(ctx, &t)
+	d, err := w.resolve(ctx, &t, true)
 	if err != nil {
 		return err
 	}
@@ -256,11 +271,11 @@ func (w *Window) GetTo(ctx context.Context, result Buffer, t Region) error {
 	}
 	if empty, err := checkData("result", &result, &t); err != nil || empty {
 		if err == nil {
-			err = w.checkEpoch(t.Rank)
+			err = w.emptyCall(t)
 		}
 		return err
 	}
-	d, err := w.resolve(ctx, &t)
+	d, err := w.resolve(ctx, &t, false)
 	if err != nil {
 		return err
 	}
