@@ -548,3 +548,30 @@ func TestNoAllocs(t *testing.T) {
 
 // huge is 2^40, or the largest int on 32-bit platforms.
 const huge = min(math.MaxInt, 1<<40)
+
+// TestEqualManyRuns: Equal compares types of different forms run by run,
+// in bounded memory: two small types with 2^35 runs between them (which
+// Blocks would materialise) are told apart at once, and types of different
+// forms with the same runs are equal, unless one run differs.
+func TestEqualManyRuns(t *testing.T) {
+	i8 := Int8.Type()
+	a := must(Hvector(2, 1, 1, must(Hvector(1<<34, 1, 2, i8))))
+	b := must(Contiguous(1<<35, i8))
+	if a.Equal(b) || b.Equal(a) {
+		t.Errorf("%v equal to %v", a, b)
+	}
+	v := must(Vector(1000, 1, 2, i8))
+	lens, displs := make([]int, 1000), make([]int, 1000)
+	for i := range lens {
+		lens[i], displs[i] = 1, 2*i
+	}
+	h := must(Hindexed(lens, displs, i8))
+	if !v.Equal(h) || !h.Equal(v) {
+		t.Errorf("vector %v and hindexed %v of the same runs not equal", v, h)
+	}
+	displs[500]++ // one run in the middle moves: same count and bounds
+	h2 := must(Hindexed(lens, displs, i8))
+	if v.Equal(h2) || h2.Equal(v) {
+		t.Errorf("vector %v equal to %v, whose run 500 moved", v, h2)
+	}
+}

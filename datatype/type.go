@@ -221,7 +221,38 @@ func (t Type) Equal(u Type) bool {
 	if slices.Equal(a.blocks, b.blocks) && slices.Equal(a.levels, b.levels) {
 		return true
 	}
-	return slices.Equal(t.Blocks(), u.Blocks())
+	return sameRuns(t, u)
+}
+
+// sameRuns compares the runs of one instance of t and of u in order, in
+// memory bounded whatever their number (a type of a few levels can have
+// billions): u's runs come from a goroutine, a few at a time.
+func sameRuns(t, u Type) bool {
+	done := make(chan struct{})
+	defer close(done)
+	runs := make(chan Block, 64)
+	go func() {
+		defer close(runs)
+		u.ForEachBlock(1, func(off int64, n int) bool {
+			select {
+			case runs <- Block{off, n}:
+				return true
+			case <-done:
+				return false
+			}
+		})
+	}()
+	same := true
+	t.ForEachBlock(1, func(off int64, n int) bool {
+		r, ok := <-runs
+		same = ok && r == Block{off, n}
+		return same
+	})
+	if same {
+		_, more := <-runs
+		same = !more
+	}
+	return same
 }
 
 // ---- checked arithmetic ----
