@@ -1120,6 +1120,7 @@ func TestConfBadUse(t *testing.T) {
 
 func workConfProcNull(ctx context.Context, g *group.Group) error {
 	n, me := g.Size(), g.Rank()
+	peer, from := (me+1)%n, (me+n-1)%n
 	w, err := win.Allocate(ctx, g, 64, 8)
 	if err != nil {
 		return err
@@ -1145,38 +1146,53 @@ func workConfProcNull(ctx context.Context, g *group.Group) error {
 	}
 	i64 := datatype.Int64.Type()
 	b8 := confU64(0x0102030405060708)
-	calls := func(epoch string) {
+	// A call to ProcNull needs the epoch a call to any rank needs (as in
+	// MPICH, which checks the epoch first): rma says whether the RMA calls
+	// may be made (an access epoch of any kind is open), passive whether
+	// the request-based calls and Flush may (a passive-target one is).
+	calls := func(epoch string, rma, passive bool) {
 		l.step = epoch
-		l.ok("Put", safely(func() error { return w.Put(ctx, b8, pn, 0) }))
+		want := func(name string, ok bool, err error) {
+			if ok {
+				l.ok(name, err)
+			} else {
+				l.is(name, err, win.ErrEpoch)
+			}
+		}
+		rmaCall := func(name string, f func() error) { want(name, rma, safely(f)) }
+		rmaCall("Put", func() error { return w.Put(ctx, b8, pn, 0) })
 		r := res(8)
-		l.ok("Get", safely(func() error { return w.Get(ctx, r, pn, 0) }))
+		rmaCall("Get", func() error { return w.Get(ctx, r, pn, 0) })
 		untouched("Get", r)
-		l.ok("Accumulate(SUM, int64)", safely(func() error { return w.Accumulate(ctx, b8, datatype.Int64, pn, 0, op.Sum) }))
-		l.ok("Accumulate(MAX, float64)", safely(func() error { return w.Accumulate(ctx, b8, datatype.Float64, pn, 0, op.Max) }))
+		rmaCall("Accumulate(SUM, int64)", func() error { return w.Accumulate(ctx, b8, datatype.Int64, pn, 0, op.Sum) })
+		rmaCall("Accumulate(MAX, float64)", func() error { return w.Accumulate(ctx, b8, datatype.Float64, pn, 0, op.Max) })
 		r = res(8)
-		l.ok("GetAccumulate(REPLACE)", safely(func() error { return w.GetAccumulate(ctx, b8, r, datatype.Int64, pn, 0, op.Replace) }))
+		rmaCall("GetAccumulate(REPLACE)", func() error { return w.GetAccumulate(ctx, b8, r, datatype.Int64, pn, 0, op.Replace) })
 		untouched("GetAccumulate", r)
 		r = res(8)
-		l.ok("FetchAndOp(SUM)", safely(func() error { return w.FetchAndOp(ctx, b8, r, datatype.Int64, pn, 0, op.Sum) }))
+		rmaCall("FetchAndOp(SUM)", func() error { return w.FetchAndOp(ctx, b8, r, datatype.Int64, pn, 0, op.Sum) })
 		untouched("FetchAndOp", r)
 		r = res(8)
-		l.ok("CompareAndSwap", safely(func() error { return w.CompareAndSwap(ctx, b8, b8, r, datatype.Int64, pn, 0) }))
+		rmaCall("CompareAndSwap", func() error { return w.CompareAndSwap(ctx, b8, b8, r, datatype.Int64, pn, 0) })
 		untouched("CompareAndSwap", r)
 		reg := win.Region{Rank: pn, Type: i64, Count: 1}
-		l.ok("PutTo", safely(func() error { return w.PutTo(ctx, win.Buffer{Data: b8, Type: i64, Count: 1}, reg) }))
+		rmaCall("PutTo", func() error { return w.PutTo(ctx, win.Buffer{Data: b8, Type: i64, Count: 1}, reg) })
 		r = res(8)
-		l.ok("GetTo", safely(func() error { return w.GetTo(ctx, win.Buffer{Data: r, Type: i64, Count: 1}, reg) }))
+		rmaCall("GetTo", func() error { return w.GetTo(ctx, win.Buffer{Data: r, Type: i64, Count: 1}, reg) })
 		untouched("GetTo", r)
-		l.ok("AccumulateTo", safely(func() error { return w.AccumulateTo(ctx, win.Buffer{Data: b8, Type: i64, Count: 1}, reg, op.Sum) }))
+		rmaCall("AccumulateTo", func() error { return w.AccumulateTo(ctx, win.Buffer{Data: b8, Type: i64, Count: 1}, reg, op.Sum) })
 		r = res(8)
-		l.ok("GetAccumulateTo", safely(func() error {
+		rmaCall("GetAccumulateTo", func() error {
 			return w.GetAccumulateTo(ctx, win.Buffer{Data: b8, Type: i64, Count: 1}, win.Buffer{Data: r, Type: i64, Count: 1}, reg, op.Sum)
-		}))
+		})
 		untouched("GetAccumulateTo", r)
 		wait := func(name string, f func() (*win.Request, error)) {
-			l.ok(name, safely(func() error {
+			want(name, passive, safely(func() error {
 				q, err := f()
 				if err != nil {
+					if q != nil {
+						return fmt.Errorf("a request and an error (%w)", err)
+					}
 					return err
 				}
 				if q == nil {
@@ -1186,9 +1202,13 @@ func workConfProcNull(ctx context.Context, g *group.Group) error {
 			}))
 		}
 		wait("RPut", func() (*win.Request, error) { return w.RPut(ctx, b8, pn, 0) })
+		wait("RPutTo", func() (*win.Request, error) { return w.RPutTo(ctx, win.Buffer{Data: b8, Type: i64, Count: 1}, reg) })
 		r = res(8)
 		wait("RGet", func() (*win.Request, error) { return w.RGet(ctx, r, pn, 0) })
 		untouched("RGet", r)
+		r = res(8)
+		wait("RGetTo", func() (*win.Request, error) { return w.RGetTo(ctx, win.Buffer{Data: r, Type: i64, Count: 1}, reg) })
+		untouched("RGetTo", r)
 		wait("RAccumulate", func() (*win.Request, error) {
 			return w.RAccumulate(ctx, win.Buffer{Data: b8, Type: i64, Count: 1}, reg, op.Sum)
 		})
@@ -1197,21 +1217,39 @@ func workConfProcNull(ctx context.Context, g *group.Group) error {
 			return w.RGetAccumulate(ctx, win.Buffer{Data: b8, Type: i64, Count: 1}, win.Buffer{Data: r, Type: i64, Count: 1}, reg, op.Sum)
 		})
 		untouched("RGetAccumulate", r)
+		want("Flush(ProcNull)", passive, safely(func() error { return w.Flush(ctx, pn) }))
+		want("FlushLocal(ProcNull)", passive, safely(func() error { return w.FlushLocal(ctx, pn) }))
 		l.step = ""
 	}
+	calls("before any epoch", false, false)
 	if l.ok("LockAll", w.LockAll(ctx)) {
-		calls("in a LockAll epoch")
-		l.ok("Flush(ProcNull)", safely(func() error { return w.Flush(ctx, pn) }))
-		l.ok("FlushLocal(ProcNull)", safely(func() error { return w.FlushLocal(ctx, pn) }))
+		calls("in a LockAll epoch", true, true)
 		l.ok("UnlockAll", w.UnlockAll(ctx))
 	}
+	// MPICH's rmanull test makes its calls to ProcNull between Lock and
+	// Unlock of ProcNull.
 	if l.ok("Lock(exclusive, ProcNull)", safely(func() error { return w.Lock(ctx, win.LockExclusive, pn, 0) })) {
-		calls("in a Lock(ProcNull) epoch")
+		calls("in a Lock(ProcNull) epoch", true, true)
+		l.ok("FlushAll in a Lock(ProcNull) epoch", w.FlushAll(ctx))
 		l.ok("Unlock(ProcNull)", safely(func() error { return w.Unlock(ctx, pn) }))
 	}
+	calls("after Unlock(ProcNull)", false, false)
+	if l.ok("Lock(shared, next rank)", w.Lock(ctx, win.LockShared, peer, 0)) {
+		calls("in a Lock epoch of another rank", true, true)
+		l.ok("Unlock(next rank)", w.Unlock(ctx, peer))
+	}
 	l.ok("Fence(NoPrecede)", w.Fence(ctx, win.NoPrecede))
-	calls("in a fence epoch")
+	calls("in a fence epoch", true, false)
 	l.ok("Fence(NoSucceed)", w.Fence(ctx, win.NoSucceed))
+	calls("after Fence(NoSucceed)", false, false)
+	if l.ok("Post", w.Post(ctx, []int{from}, 0)) {
+		if l.ok("Start", w.Start(ctx, []int{peer}, 0)) {
+			calls("in a Start epoch", true, false)
+			l.ok("Complete", w.Complete(ctx))
+		}
+		l.ok("Wait", w.Wait(ctx))
+	}
+	calls("after Complete", false, false)
 	// The epoch calls still work normally.
 	if l.ok("LockAll", w.LockAll(ctx)) {
 		l.ok("Put to the next rank", w.Put(ctx, confU64(uint64(me+1)), (me+1)%n, 7))

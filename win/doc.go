@@ -53,7 +53,11 @@
 // test does Fence then Lock).
 //
 // A call with the target rank ProcNull (MPI_PROC_NULL) does nothing and
-// succeeds, as do Lock, Unlock and Flush of ProcNull. A call that moves no
+// succeeds inside the epoch a call to any rank would need (ErrEpoch
+// outside it, as in MPICH): an access epoch of any kind for an RMA call, a
+// passive-target one for a request-based call or a Flush. Lock and Unlock
+// of ProcNull open and close such an epoch for calls to ProcNull, as
+// MPICH's rmanull test uses them. A call that moves no
 // data (a zero count, or a datatype of size zero) succeeds without touching
 // memory, whatever its datatypes are built from: empty type signatures
 // match (MPI-4.1 3.3.1), as in MPICH and Open MPI. It needs an epoch to its

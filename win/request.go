@@ -87,7 +87,7 @@ func done(err error) (*Request, error) {
 
 // nullRequest is the result of an R* call to ProcNull: a complete request
 // (MPI returns one whose completion does nothing).
-func (w *Window) nullRequest() (*Request, error) { return done(w.nullCall()) }
+func (w *Window) nullRequest() (*Request, error) { return done(w.nullPassive()) }
 
 // Wait waits until the operation completes (MPI_Wait) and returns its
 // error. If ctx ends first, or had ended when Wait was called and the
@@ -358,10 +358,10 @@ func (w *Window) RPut(ctx context.Context, origin []byte, target, disp int) (*Re
 // passive is ErrEpoch unless target is in a passive-target access epoch
 // (Lock or LockAll): MPI allows the request-based calls only there
 // (MPI-4.1 12.3.5), and MPICH refuses them elsewhere (MPI_ERR_RMA_SYNC).
-// ProcNull passes, as in MPICH, which returns before its epoch checks.
+// ProcNull needs one too (Lock of ProcNull opens one for it).
 func (w *Window) passive(target int) error {
 	if target == ProcNull {
-		return nil
+		return w.nullPassive()
 	}
 	if w.freed.Load() {
 		return ErrFreed

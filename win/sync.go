@@ -70,6 +70,12 @@ type epochs struct {
 	lockAll   atomic.Bool
 	noCheck   bool            // LockAll with NoCheck: no lock was taken
 	access    []atomic.Uint32 // per target
+	// nullLock: Lock of ProcNull was called and not yet Unlock of
+	// ProcNull, which makes calls to ProcNull valid (they need an epoch);
+	// startOpen: a Start epoch is open (startGroup is not nil), readable
+	// without mu.
+	nullLock  atomic.Bool
+	startOpen atomic.Bool
 
 	startGroup  []int    // Start's group; nil outside an access epoch
 	started     []uint64 // per target: Posts consumed by Start
@@ -106,6 +112,28 @@ func (e *epochs) anyAccess() bool {
 		}
 	}
 	return false
+}
+
+// accessOpen reports whether some access epoch is open: a Fence without
+// NoSucceed was the last fence, or LockAll, a Lock (of ProcNull too) or a
+// Start is open. A call to ProcNull needs one, as in MPICH.
+func (e *epochs) accessOpen() bool {
+	if e.fence.Load() || e.lockAll.Load() || e.startOpen.Load() || e.nullLock.Load() {
+		return true
+	}
+	for i := range e.access {
+		if e.access[i].Load() != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// passiveOpen reports whether a passive-target epoch is open: LockAll, or a
+// Lock of some rank or of ProcNull. FlushAll, and the request-based calls
+// and Flush of ProcNull, need one.
+func (e *epochs) passiveOpen() bool {
+	return e.lockAll.Load() || e.nullLock.Load() || e.anyLocked()
 }
 
 // anyLocked reports whether Lock holds some rank.
@@ -401,6 +429,7 @@ func (w *Window) Lock(ctx context.Context, lt LockType, target int, a Assert) er
 		return ErrFreed
 	}
 	if target == ProcNull {
+		w.ep.nullLock.Store(true)
 		return nil
 	}
 	if err := w.checkRank(target); err != nil {
@@ -452,6 +481,7 @@ func (w *Window) Unlock(ctx context.Context, target int) error {
 		return ErrFreed
 	}
 	if target == ProcNull {
+		w.ep.nullLock.Store(false)
 		return nil
 	}
 	if err := w.checkRank(target); err != nil {
@@ -588,6 +618,8 @@ func (e *epochs) releaseAll(ctx context.Context, w *Window) error {
 		}
 	}
 	e.fence.Store(false)
+	e.nullLock.Store(false)
+	e.startOpen.Store(false)
 	e.startGroup, e.exposeGroup = nil, nil
 	return first
 }
@@ -599,7 +631,7 @@ func (e *epochs) releaseAll(ctx context.Context, w *Window) error {
 // does.
 func (w *Window) Flush(ctx context.Context, target int) error {
 	if target == ProcNull {
-		return w.nullCall()
+		return w.nullPassive()
 	}
 	if w.freed.Load() {
 		return ErrFreed
@@ -620,7 +652,7 @@ func (w *Window) FlushAll(ctx context.Context) error {
 	if w.freed.Load() {
 		return ErrFreed
 	}
-	if !w.ep.lockAll.Load() && !w.ep.anyLocked() {
+	if !w.ep.passiveOpen() {
 		return fmt.Errorf("%w: flush outside a passive-target epoch (Lock or LockAll first)", ErrEpoch)
 	}
 	return w.flushAll(ctx)
@@ -712,6 +744,7 @@ func (w *Window) Start(ctx context.Context, targets []int, a Assert) error {
 		w.ep.access[t].Store(accStarted)
 	}
 	w.ep.startGroup = append([]int{}, targets...)
+	w.ep.startOpen.Store(true)
 	return nil
 }
 
@@ -744,6 +777,7 @@ func (w *Window) Complete(ctx context.Context) error {
 		w.ep.startGroup = w.ep.startGroup[1:]
 	}
 	w.ep.startGroup = nil
+	w.ep.startOpen.Store(false)
 	return nil
 }
 

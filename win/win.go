@@ -44,16 +44,38 @@ var (
 	ErrUndeclared = errors.New("win: op not declared for this window")
 )
 
-// ProcNull is the target rank of a call that does nothing (MPI_PROC_NULL):
-// an RMA call, Lock, Unlock, Flush or FlushLocal with it returns at once
-// without error, as in MPICH and Open MPI (on a window that is not freed).
-// Its value is Open MPI's; -1 stays an invalid rank.
+// ProcNull is the target rank of a call that does nothing (MPI_PROC_NULL).
+// As in MPICH, such a call still needs the epoch a call to any rank needs,
+// and fails with ErrEpoch outside it: an RMA call needs an access epoch of
+// any kind (Fence, Lock, LockAll or Start), a request-based call, Flush or
+// FlushLocal a passive-target one (Lock or LockAll). Lock of ProcNull opens
+// one for calls to ProcNull, and Unlock of ProcNull closes it; neither
+// waits or locks anything. Its value is Open MPI's; -1 stays an invalid
+// rank.
 const ProcNull = -2
 
-// nullCall is the result of a call to ProcNull.
+// nullCall is the result of an RMA call to ProcNull: nothing, in an
+// access epoch of any kind; ErrEpoch outside one (MPICH checks the epoch
+// before it looks at the target).
 func (w *Window) nullCall() error {
 	if w.freed.Load() {
 		return ErrFreed
+	}
+	if !w.ep.accessOpen() {
+		return fmt.Errorf("%w: RMA call to ProcNull outside an access epoch (Fence, Lock, LockAll or Start first)", ErrEpoch)
+	}
+	return nil
+}
+
+// nullPassive is the result of a request-based call, Flush or FlushLocal
+// of ProcNull: nothing, in a passive-target epoch (LockAll, or a Lock of
+// some rank or of ProcNull); ErrEpoch elsewhere, as for any other target.
+func (w *Window) nullPassive() error {
+	if w.freed.Load() {
+		return ErrFreed
+	}
+	if !w.ep.passiveOpen() {
+		return fmt.Errorf("%w: request-based call or flush of ProcNull outside a passive-target epoch (Lock or LockAll first)", ErrEpoch)
 	}
 	return nil
 }
