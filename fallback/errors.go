@@ -23,6 +23,8 @@ var (
 	// ErrUnknownWindow: the target has no window with that id
 	// (StatusUnknownWindow).
 	ErrUnknownWindow = errors.New("fallback: unknown window")
+	// ErrWindowExists: AddWindow of an id already exposed.
+	ErrWindowExists = errors.New("fallback: window id already exposed")
 	// ErrUnknownOp: the op is neither predefined nor registered at the target
 	// (StatusUnknownOp).
 	ErrUnknownOp = errors.New("fallback: unknown op")

@@ -71,13 +71,19 @@ func (t *Target) decodeType(b []byte, h *header) (datatype.Type, *Error) {
 	return typ, nil
 }
 
-// AddWindow exposes mem as window id, replacing any window of that id.
-// mem must stay valid (and, for memory off the Go heap, mapped) until
-// RemoveWindow(id) has returned. It waits for a Handle call in progress.
-func (t *Target) AddWindow(id uint32, mem []byte) {
+// AddWindow exposes mem as window id. It refuses an id already exposed
+// (ErrWindowExists): requests meant for one window must never reach
+// another's memory. mem must stay valid (and, for memory off the Go heap,
+// mapped) until RemoveWindow(id) has returned. It waits for a Handle call
+// in progress.
+func (t *Target) AddWindow(id uint32, mem []byte) error {
 	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.windows[id]; ok {
+		return fmt.Errorf("%w: window %#x", ErrWindowExists, id)
+	}
 	t.windows[id] = mem
-	t.mu.Unlock()
+	return nil
 }
 
 // RemoveWindow withdraws window id. It waits for a Handle call in progress,

@@ -526,14 +526,20 @@ func TestWindows(t *testing.T) {
 	if d.Status != StatusUnknownWindow || w[1] != 2 {
 		t.Fatal(d.Err())
 	}
-	// Replacing a window.
+	// An id in use is refused; once removed, it may be used again.
 	w2 := make([]float64, 2)
-	tg.AddWindow(testWin, datatype.AsBytes(w2))
+	if err := tg.AddWindow(testWin, datatype.AsBytes(w2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tg.AddWindow(testWin, datatype.AsBytes(w)); !errors.Is(err, ErrWindowExists) {
+		t.Fatalf("AddWindow of an id in use: %v, want ErrWindowExists", err)
+	}
 	DecodeReply(tg.Handle(goodSum(1), make([]byte, 0, 512)), &d)
 	if d.Status != StatusOK || w2[1] != 100 {
 		t.Fatal(d.Err(), w2)
 	}
 	// An empty window.
+	tg.RemoveWindow(testWin)
 	tg.AddWindow(testWin, nil)
 	DecodeReply(tg.Handle(goodSum(1), make([]byte, 0, 512)), &d)
 	if d.Status != StatusOutOfWindow {

@@ -133,8 +133,16 @@ func FromEnv() (Options, error) {
 
 // Group is a set of processes connected to each other by RDMA. Its methods
 // are safe for concurrent use, except the collective ones (Barrier,
-// AllGather, Close and window creation), which every rank calls in the
-// same order from one goroutine at a time.
+// AllGather, Split, Close, and window creation and Free), which every rank
+// calls in the same order from one goroutine at a time. The collectives of
+// different groups (a group and its subgroups) may run at once, from
+// different goroutines, as MPI allows on different communicators.
+//
+// A collective call cut short by its context (or by a rank that failed)
+// leaves the group's out-of-band connections broken: its later
+// collectives fail, on every rank, and the group should be closed, as an
+// MPI program aborts on an error of a collective. Give collectives a
+// deadline that bounds a rank's failure to arrive, not a short one.
 type Group struct {
 	boot     *bootstrap.Conn
 	fab      *fabric.Fabric
@@ -144,11 +152,11 @@ type Group struct {
 	windows  atomic.Uint32    // window ids handed out, in creation order
 	live     *liveness
 
-	secret []byte         // the bootstrap's, from which subgroups derive theirs
-	splits *atomic.Uint32 // subgroup serial numbers used by this process
-	serial uint32         // this group's (0 for one formed by Join)
-	parent *Group         // the group Split made this one from
-	world  []int          // rank -> rank in fab (nil: the same)
+	secret []byte   // the bootstrap's, from which subgroups derive theirs
+	splits *serials // subgroup serial numbers taken by this process
+	serial uint32   // this group's (0 for one formed by Join)
+	parent *Group   // the group Split made this one from
+	world  []int    // rank -> rank in fab (nil: the same)
 }
 
 // Join forms the group: rank 0 listens on Addr, the others join it and
@@ -182,7 +190,7 @@ func Join(ctx context.Context, o Options) (*Group, error) {
 		return nil, fmt.Errorf("group: rank %d: %w", o.Rank, err)
 	}
 	g := &Group{boot: boot, fab: fab, target: fallback.NewTarget(), client: fallback.NewClient(o.Size, fab.Credits()),
-		secret: o.Secret, splits: new(atomic.Uint32)}
+		secret: o.Secret, splits: new(serials)}
 	fab.StartMessaging(fabric.Handlers{
 		Request: func(_ int, req, reply []byte) []byte { return g.target.Handle(req, reply) },
 		Reply:   g.client.OnReply,

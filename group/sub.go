@@ -7,8 +7,10 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"slices"
+	"sync"
 
 	"github.com/onesided/rma/internal/bootstrap"
 )
@@ -39,37 +41,31 @@ func (g *Group) Split(ctx context.Context, color, key int) (*Group, error) {
 	if color < 0 && color != Undefined {
 		return nil, fmt.Errorf("group: %w: color %d (colors are >= 0, or Undefined)", ErrConfig, color)
 	}
-	// Round one: everyone's color and key, and a serial number for the
-	// subgroups (the largest of the ranks' next numbers, so that it is new
-	// on every rank).
+	// Round one: everyone's color and key, and a proposal for the
+	// subgroups' serial number (agreeSerial).
 	var mine [24]byte
 	binary.LittleEndian.PutUint64(mine[0:], uint64(int64(color)))
 	binary.LittleEndian.PutUint64(mine[8:], uint64(int64(key)))
-	binary.LittleEndian.PutUint64(mine[16:], uint64(g.splits.Load()+1))
+	binary.LittleEndian.PutUint64(mine[16:], uint64(g.splits.propose(1)))
 	all, err := g.boot.AllGather(ctx, mine[:])
 	if err != nil {
 		return nil, fmt.Errorf("group: split: %w", err)
 	}
 	type member struct{ rank, key int }
 	var members []member
-	serial := uint64(0)
+	proposals := make([]uint64, len(all))
 	for r, b := range all {
 		if len(b) != len(mine) {
 			return nil, fmt.Errorf("group: split: rank %d sent %d bytes", r, len(b))
 		}
-		serial = max(serial, binary.LittleEndian.Uint64(b[16:]))
+		proposals[r] = binary.LittleEndian.Uint64(b[16:])
 		if c := int(int64(binary.LittleEndian.Uint64(b[0:]))); c == color && color != Undefined {
 			members = append(members, member{r, int(int64(binary.LittleEndian.Uint64(b[8:])))})
 		}
 	}
-	if serial > maxSplits {
-		return nil, fmt.Errorf("group: split: %w: more than %d subgroups in one process", ErrConfig, maxSplits)
-	}
-	for {
-		cur := g.splits.Load()
-		if uint64(cur) >= serial || g.splits.CompareAndSwap(cur, uint32(serial)) {
-			break
-		}
+	serial, err := g.agreeSerial(ctx, proposals)
+	if err != nil {
+		return nil, err
 	}
 	slices.SortStableFunc(members, func(a, b member) int { return cmp.Or(cmp.Compare(a.key, b.key), cmp.Compare(a.rank, b.rank)) })
 	sub := -1
@@ -115,13 +111,99 @@ func (g *Group) Split(ctx context.Context, color, key int) (*Group, error) {
 		return nil, fmt.Errorf("group: split: forming the subgroup of color %d: %w", color, err)
 	}
 	s := &Group{boot: boot, fab: g.fab, probeErr: g.probeErr, target: g.target, client: g.client,
-		parent: g, world: world, secret: g.secret, splits: g.splits, serial: uint32(serial)}
+		parent: g, world: world, secret: g.secret, splits: g.splits, serial: serial}
 	return s, nil
+}
+
+// serials are the subgroup serial numbers a process has taken: every group
+// of the process (the one Join formed and its subgroups) has its own, which
+// is part of the ids of its windows.
+type serials struct {
+	mu   sync.Mutex
+	used map[uint32]bool
+}
+
+// propose returns the smallest serial number from floor up that the process
+// has not taken, maxSplits+1 if none is left.
+func (s *serials) propose(floor uint64) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for n := max(floor, 1); n <= maxSplits; n++ {
+		if !s.used[uint32(n)] {
+			return n
+		}
+	}
+	return maxSplits + 1
+}
+
+// take marks n taken unless it was: it reports whether it did.
+func (s *serials) take(n uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n > maxSplits || s.used[uint32(n)] {
+		return false
+	}
+	if s.used == nil {
+		s.used = make(map[uint32]bool)
+	}
+	s.used[uint32(n)] = true
+	return true
+}
+
+func (s *serials) give(n uint64) {
+	s.mu.Lock()
+	delete(s.used, uint32(n))
+	s.mu.Unlock()
+}
+
+// agreeSerial agrees with the other ranks of g on a serial number no rank
+// of g's processes has taken, and takes it. The candidate is the largest of
+// the ranks' proposals (the first round's are in proposals); each rank
+// takes it if it is still free in its process and all tell whether they
+// did. Splits of several groups may run at once in one process (from
+// different goroutines, as MPI_Comm_split of different communicators from
+// different threads): they contend for the same numbers, and a candidate
+// that some rank could not take is given back everywhere and the ranks try
+// again above it, from a random offset so that two contending Splits part.
+func (g *Group) agreeSerial(ctx context.Context, proposals []uint64) (uint32, error) {
+	for round := 0; ; round++ {
+		cand := slices.Max(proposals)
+		if cand > maxSplits {
+			return 0, fmt.Errorf("group: split: %w: more than %d subgroups in one process", ErrConfig, maxSplits)
+		}
+		took := g.splits.take(cand)
+		var mine [9]byte
+		if took {
+			mine[0] = 1
+		}
+		binary.LittleEndian.PutUint64(mine[1:], g.splits.propose(cand+1+uint64(rand.IntN(8))))
+		all, err := g.boot.AllGather(ctx, mine[:])
+		if err != nil {
+			if took {
+				g.splits.give(cand)
+			}
+			return 0, fmt.Errorf("group: split: %w", err)
+		}
+		agreed := true
+		for r, b := range all {
+			if len(b) != len(mine) {
+				return 0, fmt.Errorf("group: split: rank %d sent %d bytes", r, len(b))
+			}
+			agreed = agreed && b[0] == 1
+			proposals[r] = binary.LittleEndian.Uint64(b[1:])
+		}
+		if agreed {
+			return uint32(cand), nil
+		}
+		if took {
+			g.splits.give(cand)
+		}
+	}
 }
 
 // subSecret is the secret of a subgroup's bootstrap: derived from the
 // group's, so that it never crosses the network.
-func subSecret(secret []byte, serial uint64, color int) []byte {
+func subSecret(secret []byte, serial uint32, color int) []byte {
 	m := hmac.New(sha256.New, secret)
 	fmt.Fprintf(m, "rma subgroup %d color %d", serial, color)
 	return m.Sum(nil)

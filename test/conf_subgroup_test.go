@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,7 +18,10 @@ import (
 	"github.com/onesided/rma/win"
 )
 
-func init() { workers["subgroup"] = workSubgroup }
+func init() {
+	workers["subgroup"] = workSubgroup
+	workers["split-concurrent"] = workSplitConcurrent
+}
 
 // workSubgroup: 5 ranks split into the even ranks {0, 2, 4} (keyed in
 // reverse, so subgroup rank 0 is rank 4), the odd ranks {1, 3}, while
@@ -217,5 +221,106 @@ func TestSubgroupWindows(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// workSplitConcurrent: Splits of three different groups at once, from three
+// goroutines (MPI_Comm_split of different communicators from different
+// threads), then a window on each new subgroup, created one after the
+// other: engine accumulates to each must land in that window's memory
+// only. Every subgroup's windows need ids of their own in each process;
+// Splits that ran at once once gave two subgroups the same serial number,
+// so that their windows shared an id and the accumulates of one went to
+// the other's memory.
+func workSplitConcurrent(ctx context.Context, g *group.Group) error {
+	me, n := g.Rank(), g.Size()
+	s1, err := g.Split(ctx, 0, me)
+	if err != nil {
+		return err
+	}
+	s2, err := g.Split(ctx, 0, -me)
+	if err != nil {
+		return err
+	}
+	parents := []*group.Group{g, s1, s2}
+	for round := range 4 {
+		subs := make([]*group.Group, len(parents))
+		errs := make([]error, len(parents))
+		var wg sync.WaitGroup
+		for i, p := range parents {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				subs[i], errs[i] = p.Split(ctx, 0, me)
+			}()
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return fmt.Errorf("round %d: %w", round, err)
+		}
+		// Every subgroup has the ranks of g in the same order (key me).
+		ws := make([]*win.Window, len(subs))
+		for i, sub := range subs {
+			if ws[i], err = win.Allocate(ctx, sub, 8*len(subs), 8, win.AnyOp()); err != nil {
+				return fmt.Errorf("round %d: window on subgroup %d: %w", round, i, err)
+			}
+		}
+		next := (me + 1) % n
+		for i, w := range ws {
+			if err := w.LockAll(ctx); err != nil {
+				return err
+			}
+			// Window i gets 100*(i+1) + round in its slot i, from the previous rank.
+			v := []float64{float64(100*(i+1) + round)}
+			if err := win.AccumulateSlice(ctx, w, v, next, i, op.Sum); err != nil {
+				return fmt.Errorf("round %d: accumulate to window %d: %w", round, i, err)
+			}
+			if err := w.UnlockAll(ctx); err != nil {
+				return err
+			}
+		}
+		if err := g.Barrier(ctx); err != nil {
+			return err
+		}
+		for i, w := range ws {
+			got, err := datatype.View[float64](w.Bytes())
+			if err != nil {
+				return err
+			}
+			for j, x := range got {
+				want := 0.0
+				if j == i {
+					want = float64(100*(i+1) + round)
+				}
+				if x != want {
+					return fmt.Errorf("round %d: window %d slot %d = %v, want %v (whole window %v)", round, i, j, x, want, got)
+				}
+			}
+		}
+		if err := g.Barrier(ctx); err != nil {
+			return err
+		}
+		for i, w := range ws {
+			if err := w.Free(ctx); err != nil {
+				return fmt.Errorf("round %d: free window %d: %w", round, i, err)
+			}
+			if err := subs[i].Close(); err != nil {
+				return err
+			}
+		}
+	}
+	if err := errors.Join(s2.Close(), s1.Close()); err != nil {
+		return err
+	}
+	fmt.Println("split-concurrent=ok")
+	return nil
+}
+
+func TestSplitConcurrent(t *testing.T) {
+	l := newLaunch(t, "split-concurrent", 3)
+	for r, out := range l.run(2 * time.Minute) {
+		if value(t, out, "split-concurrent") != "ok" {
+			t.Errorf("rank %d did not finish", r)
+		}
 	}
 }

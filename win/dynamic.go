@@ -213,7 +213,12 @@ func (w *Window) Attach(mem []byte) error {
 	}
 	a.mr = mr
 	a.id = newRegionID()
-	w.target.AddWindow(a.id, mem)
+	if err := w.target.AddWindow(a.id, mem); err != nil {
+		freeRegionID(a.id)
+		mr.Close()
+		a.pin.Unpin()
+		return err
+	}
 	d.regions = append(d.regions, nil)
 	copy(d.regions[i+1:], d.regions[i:])
 	d.regions[i] = a

@@ -120,6 +120,7 @@ type Window struct {
 	policy   atomics.Policy
 	access   verbs.Access // remote rights of the window's memory registrations
 	pin      runtime.Pinner
+	served   bool // the group's engine serves the window's id for it
 	keep     any // a caller's typed slice, kept reachable
 
 	id     uint32
@@ -154,8 +155,9 @@ type target struct {
 
 // targetInfoSize is what each rank tells the others of its window: address,
 // rkey, size, displacement unit, sync page address and rkey, whether its
-// device has usable NIC atomics, and a digest of its window options.
-const targetInfoSize = 8 + 4 + 8 + 8 + 8 + 4 + 1 + 8
+// device has usable NIC atomics, a digest of its window options, and
+// whether its engine refused the window's id.
+const targetInfoSize = 8 + 4 + 8 + 8 + 8 + 4 + 1 + 8 + 1
 
 // Allocate creates a window of size bytes on every rank of g, with the
 // given displacement unit (MPI_Win_allocate). It is collective; sizes may
@@ -238,9 +240,14 @@ func create(ctx context.Context, g *group.Group, flavor Flavor, mem []byte, size
 		return nil, err
 	}
 	w.access = access
-	// Serve accumulates to the window before any rank can learn of it.
+	// Serve accumulates to the window before any rank can learn of it. An
+	// id the engine serves already (it never should: ids are unique in a
+	// process) fails the creation on every rank, below.
+	var refused error
 	if flavor != FlavorDynamic {
-		w.target.AddWindow(w.id, mem[:size:size])
+		if refused = w.target.AddWindow(w.id, mem[:size:size]); refused == nil {
+			w.served = true
+		}
 	}
 	var mine [targetInfoSize]byte
 	if w.mr != nil {
@@ -255,6 +262,9 @@ func create(ctx context.Context, g *group.Group, flavor Flavor, mem []byte, size
 		mine[40] = 1
 	}
 	binary.LittleEndian.PutUint64(mine[41:], w.cfg.digest())
+	if refused != nil {
+		mine[49] = 1
+	}
 	all, err := g.AllGather(ctx, mine[:])
 	if err != nil {
 		return nil, err
@@ -279,6 +289,12 @@ func create(ctx context.Context, g *group.Group, flavor Flavor, mem []byte, size
 			return nil, fmt.Errorf("%w: rank %d created the window with other accumulate options than rank %d (%v)",
 				ErrInvalid, r, g.Rank(), w.Info().AccumulateOps)
 		}
+		if b[49] != 0 && refused == nil {
+			refused = fmt.Errorf("win: rank %d could not serve the window: %w", r, fallback.ErrWindowExists)
+		}
+	}
+	if refused != nil {
+		return nil, refused
 	}
 	// Every rank routes every (op, datatype) pair the same way: a NIC
 	// atomic and a target-CPU update must never meet on one word.
@@ -295,7 +311,10 @@ func create(ctx context.Context, g *group.Group, flavor Flavor, mem []byte, size
 
 // release gives back what the window holds on this rank.
 func (w *Window) release() {
-	w.target.RemoveWindow(w.id)
+	if w.served {
+		w.target.RemoveWindow(w.id)
+		w.served = false
+	}
 	w.detachAll()
 	if w.syncMR != nil {
 		w.syncMR.Close()
