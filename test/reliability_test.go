@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -289,5 +290,131 @@ func TestCancellation(t *testing.T) {
 	outs := newLaunch(t, "cancel", 2).run(2 * time.Minute)
 	for _, o := range outs {
 		value(t, o, "cancel")
+	}
+}
+
+func init() { workers["cancel-free"] = workCancelFree }
+
+// workCancelFree (2 ranks): calls whose context has ended do nothing, on
+// every route; a Free cut short by its context can be completed by calling
+// Free again, while the other rank's Free waits for it; and a Free waiting
+// behind another goroutine's Lock (a misuse) still honours its context.
+func workCancelFree(ctx context.Context, g *group.Group) error {
+	me, peer := g.Rank(), 1-g.Rank()
+	var l confLog
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+
+	// 1. Ended contexts: nothing is sent, on the NIC route (int64 SUM)
+	// and the engine's (int32 SUM, float64 REPLACE).
+	w, err := win.Allocate(ctx, g, 64, 8)
+	if err != nil {
+		return err
+	}
+	if !l.ok("LockAll", w.LockAll(ctx)) {
+		return l.err()
+	}
+	one := confU64(1)
+	four := []byte{1, 0, 0, 0}
+	res := make([]byte, 8)
+	for range 20 {
+		l.is("FetchAndOp(int64 SUM) with an ended context", w.FetchAndOp(ended, one, res, datatype.Int64, peer, 0, op.Sum), context.Canceled)
+		l.is("FetchAndOp(int32 SUM) with an ended context", w.FetchAndOp(ended, four, res[:4], datatype.Int32, peer, 1, op.Sum), context.Canceled)
+		l.is("Accumulate(int32 SUM) with an ended context", w.Accumulate(ended, four, datatype.Int32, peer, 2, op.Sum), context.Canceled)
+		l.is("Accumulate(float64 REPLACE) with an ended context", w.Accumulate(ended, confU64(0x4000000000000000), datatype.Float64, peer, 2, op.Replace), context.Canceled)
+		l.is("Put with an ended context", w.Put(ended, one, peer, 3), context.Canceled)
+		_, rerr := w.RAccumulate(ended, win.Contiguous(four, datatype.Int32), win.Region{Rank: peer, Disp: 4, Type: datatype.Int32.Type(), Count: 1}, op.Sum)
+		l.is("RAccumulate with an ended context", rerr, context.Canceled)
+	}
+	l.ok("Flush", w.Flush(ctx, peer))
+	l.ok("UnlockAll", w.UnlockAll(ctx))
+	if err := g.Barrier(ctx); err != nil {
+		return err
+	}
+	if b := w.Bytes(); !slices.Equal(b, make([]byte, 64)) {
+		l.failf("calls with ended contexts changed rank %d's window: %x", me, b)
+	}
+	if err := g.Barrier(ctx); err != nil {
+		return err
+	}
+	// 2. A Free with an ended context does nothing; a second Free frees.
+	if me == 0 {
+		l.is("Free with an ended context", w.Free(ended), context.Canceled)
+		time.Sleep(200 * time.Millisecond)
+	}
+	l.ok("Free", w.Free(ctx))
+
+	// 3. Rank 0's Free gives up after 5 ms; rank 1 comes 300 ms later, after
+	// a Put to rank 0 in the fence epoch; rank 0's second Free completes.
+	if w, err = win.Allocate(ctx, g, 64, 8); err != nil {
+		return err
+	}
+	l.ok("Fence", w.Fence(ctx, 0))
+	if me == 0 {
+		short, cancel := context.WithTimeout(ctx, 5*time.Millisecond)
+		l.is("Free with a 5 ms deadline, the other rank late", w.Free(short), context.DeadlineExceeded)
+		cancel()
+		l.ok("Free again", w.Free(ctx))
+	} else {
+		time.Sleep(300 * time.Millisecond)
+		l.ok("Put to the rank whose Free was cut short", w.Put(ctx, one, peer, 0))
+		l.ok("Free of the late rank", w.Free(ctx))
+	}
+	if err := g.Barrier(ctx); err != nil {
+		return err
+	}
+
+	// 4. Rank 1 holds rank 0's window locked for 2 s; a goroutine of rank 0
+	// waits in Lock meanwhile, and rank 0's Free, with 300 ms, must give
+	// up in about that time. Then the lock is taken, released, and Free
+	// frees.
+	if w, err = win.Allocate(ctx, g, 64, 8); err != nil {
+		return err
+	}
+	if me == 1 {
+		l.ok("Lock(exclusive, 0)", w.Lock(ctx, win.LockExclusive, 0, 0))
+	}
+	if err := g.Barrier(ctx); err != nil {
+		return err
+	}
+	if me == 1 {
+		time.Sleep(2 * time.Second)
+		l.ok("Unlock(0)", w.Unlock(ctx, 0))
+	} else {
+		locked := make(chan error, 1)
+		go func() {
+			lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			defer cancel()
+			if err := w.Lock(lctx, win.LockExclusive, 0, 0); err != nil {
+				locked <- err
+				return
+			}
+			locked <- w.Unlock(lctx, 0)
+		}()
+		time.Sleep(100 * time.Millisecond) // the goroutine waits in Lock
+		short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		start := time.Now()
+		ferr := w.Free(short)
+		took := time.Since(start)
+		cancel()
+		if ferr == nil || took > time.Second {
+			l.failf("Free with 300 ms while another goroutine waits in Lock: %v after %v (want an error within about 300 ms)", ferr, took)
+		} else {
+			fmt.Printf("Free behind a waiting Lock gave up after %v: %v\n", took.Round(time.Millisecond), ferr)
+		}
+		l.ok("Lock and Unlock of the waiting goroutine", <-locked)
+	}
+	l.ok("Free", w.Free(ctx))
+	if err := l.err(); err != nil {
+		return err
+	}
+	fmt.Println("cancel-free=ok")
+	return nil
+}
+
+func TestCancelFree(t *testing.T) {
+	outs := newLaunch(t, "cancel-free", 2).run(2 * time.Minute)
+	for _, o := range outs {
+		value(t, o, "cancel-free")
 	}
 }

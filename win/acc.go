@@ -123,7 +123,7 @@ type dest struct {
 // than its window region holds certainly does, and is refused here in
 // constant time, before anything is sized by it.
 func (w *Window) resolve(ctx context.Context, t *Region, writes bool) (dest, error) {
-	if err := w.checkEpoch(t.Rank); err != nil {
+	if err := w.checkEpoch(ctx, t.Rank); err != nil {
 		return dest{}, err
 	}
 	reg, off, err := w.locateLayout(ctx, t)
@@ -166,7 +166,7 @@ func (w *Window) check(ctx context.Context, o op.Op, use op.Use, origin, result 
 	if !w.policy.Declared(o, basic) {
 		return 0, dest{}, fmt.Errorf("%w: %v on %v", ErrUndeclared, o, basic)
 	}
-	if err := w.checkEpoch(t.Rank); err != nil {
+	if err := w.checkEpoch(ctx, t.Rank); err != nil {
 		return 0, dest{}, err
 	}
 	// Origin and result match the target as a Put's origin or a Get's

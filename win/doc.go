@@ -104,8 +104,11 @@
 //
 // # Cancellation and failures
 //
-// Every call that waits takes a context. When it ends, the call returns its
-// error promptly and the window stays usable: a cancelled Lock or LockAll
+// Every call that waits takes a context. A call whose context has ended
+// already does nothing and returns its error. When it ends during a call,
+// the call returns its error promptly and the window stays usable (an
+// epoch call that another goroutine's epoch call keeps waiting, a misuse,
+// gives up too): a cancelled Lock or LockAll
 // undoes what it had taken (each atomic of the lock protocol, once posted,
 // is awaited before the context is looked at again, so the undo is exact);
 // a cancelled Post, Complete or Start leaves the counters of the other
@@ -113,9 +116,12 @@
 // FetchAndOp, CompareAndSwap, Request.Wait) never writes its result buffer
 // afterwards, and the target may or may not have applied it (a cancelled
 // accumulate on many 64-bit integers, which the NIC applies word by word,
-// may have updated some words and not others, each word whole). A Fence
-// cancelled while it waits for the other ranks has told them it came: call
-// Fence again to complete it (Free completes it too). When a peer process
+// may have updated some words and not others, each word whole; so may an
+// accumulate through the engine that is larger than one active message,
+// sent in pieces, each element whole). A Fence cancelled while it waits
+// for the other ranks has told them it came: call Fence again to complete
+// it (Free completes it too). A cancelled Free leaves this rank's part of
+// the window registered: call Free again to complete it. When a peer process
 // dies, calls to it fail with ErrPeerLost at once (its kernel closes its
 // connections); when its whole host dies, within
 // about twice the group's peer timeout (group.Options.PeerTimeout: the

@@ -435,7 +435,7 @@ func (w *Window) RGetTo(ctx context.Context, result Buffer, t Region) (*Request,
 	}
 	if empty, err := checkData("result", &result, &t); err != nil || empty {
 		if err == nil {
-			err = w.emptyCall(t)
+			err = w.emptyCall(ctx, t)
 		}
 		return done(err)
 	}

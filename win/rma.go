@@ -40,7 +40,7 @@ func (w *Window) locate(ctx context.Context, rank, disp int) (region, int64, err
 // and the displacement's sign only (emptyDisp): a call that moves no data
 // succeeds wherever else it points.
 func (w *Window) address(ctx context.Context, rank, disp, n int) (uint64, uint32, error) {
-	if err := w.checkEpoch(rank); err != nil {
+	if err := w.checkEpoch(ctx, rank); err != nil {
 		return 0, 0, err
 	}
 	if n == 0 {
@@ -59,8 +59,8 @@ func (w *Window) address(ctx context.Context, rank, disp, n int) (uint64, uint32
 
 // emptyCall checks a call with datatypes that moves no data: its epoch,
 // and its displacement (emptyDisp).
-func (w *Window) emptyCall(t Region) error {
-	if err := w.checkEpoch(t.Rank); err != nil {
+func (w *Window) emptyCall(ctx context.Context, t Region) error {
+	if err := w.checkEpoch(ctx, t.Rank); err != nil {
 		return err
 	}
 	return w.emptyDisp(t.Disp)
@@ -244,7 +244,7 @@ func (w *Window) PutTo(ctx context.Context, origin Buffer, t Region) error {
 	}
 	if empty, err := checkData("origin", &origin, &t); err != nil || empty {
 		if err == nil {
-			err = w.emptyCall(t)
+			err = w.emptyCall(ctx, t)
 		}
 		return err
 	}
@@ -271,7 +271,7 @@ func (w *Window) GetTo(ctx context.Context, result Buffer, t Region) error {
 	}
 	if empty, err := checkData("result", &result, &t); err != nil || empty {
 		if err == nil {
-			err = w.emptyCall(t)
+			err = w.emptyCall(ctx, t)
 		}
 		return err
 	}

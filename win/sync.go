@@ -155,9 +155,13 @@ func (w *Window) checkRank(rank int) error {
 }
 
 // checkEpoch says whether an RMA call to rank may be made now.
-func (w *Window) checkEpoch(rank int) error {
+func (w *Window) checkEpoch(ctx context.Context, rank int) error {
 	if w.freed.Load() {
 		return ErrFreed
+	}
+	// A call whose context has ended does nothing (not even part of it).
+	if err := ctx.Err(); err != nil {
+		return err
 	}
 	if err := w.checkRank(rank); err != nil {
 		return err
@@ -183,7 +187,9 @@ func (w *Window) syncWord(off int) *uint64 { return (*uint64)(unsafe.Pointer(&w.
 // the first one, Lock, LockAll, Post and Start may begin other epochs (the
 // fence epoch is then given up, as in MPICH).
 func (w *Window) Fence(ctx context.Context, a Assert) error {
-	w.mu.Lock()
+	if err := w.lockMu(ctx); err != nil {
+		return err
+	}
 	defer w.mu.Unlock()
 	if w.freed.Load() {
 		return ErrFreed
@@ -265,6 +271,19 @@ func (w *Window) barrier(ctx context.Context) error {
 	}
 	w.ep.barrierPending = false
 	w.syncLocal()
+	return nil
+}
+
+// lockMu takes w.mu, which the epoch calls hold while they wait (a Lock
+// for a lock held elsewhere, a Start for its Posts), unless ctx ends first:
+// a call made meanwhile from another goroutine (a misuse of the window,
+// but not a reason to ignore its context) waits at most that long.
+func (w *Window) lockMu(ctx context.Context) error {
+	for i := 0; !w.mu.TryLock(); i++ {
+		if err := backoff(ctx, i); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -423,7 +442,9 @@ func (w *Window) unlockExclusive(ctx context.Context, rank int) error {
 // ends first, Lock returns its error and the lock is as if Lock had not
 // been called. Lock of ProcNull does nothing.
 func (w *Window) Lock(ctx context.Context, lt LockType, target int, a Assert) error {
-	w.mu.Lock()
+	if err := w.lockMu(ctx); err != nil {
+		return err
+	}
 	defer w.mu.Unlock()
 	if w.freed.Load() {
 		return ErrFreed
@@ -475,7 +496,9 @@ func (w *Window) Lock(ctx context.Context, lt LockType, target int, a Assert) er
 // Unlock completes every RMA call to target of the epoch, at the target,
 // and releases the lock (MPI_Win_unlock).
 func (w *Window) Unlock(ctx context.Context, target int) error {
-	w.mu.Lock()
+	if err := w.lockMu(ctx); err != nil {
+		return err
+	}
 	defer w.mu.Unlock()
 	if w.freed.Load() {
 		return ErrFreed
@@ -515,7 +538,9 @@ func (w *Window) Unlock(ctx context.Context, target int) error {
 // then no lock is taken. If ctx ends first, LockAll returns its error and
 // releases the locks it had taken.
 func (w *Window) LockAll(ctx context.Context, asserts ...Assert) error {
-	w.mu.Lock()
+	if err := w.lockMu(ctx); err != nil {
+		return err
+	}
 	defer w.mu.Unlock()
 	if w.freed.Load() {
 		return ErrFreed
@@ -550,7 +575,9 @@ func (w *Window) LockAll(ctx context.Context, asserts ...Assert) error {
 // UnlockAll completes every RMA call of the epoch at its target and ends
 // the epoch (MPI_Win_unlock_all).
 func (w *Window) UnlockAll(ctx context.Context) error {
-	w.mu.Lock()
+	if err := w.lockMu(ctx); err != nil {
+		return err
+	}
 	defer w.mu.Unlock()
 	if w.freed.Load() {
 		return ErrFreed
@@ -577,8 +604,10 @@ func (w *Window) UnlockAll(ctx context.Context) error {
 
 // openForFree is ErrEpoch if an epoch other than a fence epoch is open
 // and every peer of the window lives.
-func (e *epochs) openForFree(w *Window) error {
-	w.mu.Lock()
+func (e *epochs) openForFree(ctx context.Context, w *Window) error {
+	if err := w.lockMu(ctx); err != nil {
+		return err
+	}
 	open := e.lockAll.Load() || e.anyAccess() || e.exposeGroup != nil
 	w.mu.Unlock()
 	if !open {
@@ -594,7 +623,9 @@ func (e *epochs) openForFree(w *Window) error {
 
 // releaseAll ends whatever epochs are open, for Free.
 func (e *epochs) releaseAll(ctx context.Context, w *Window) error {
-	w.mu.Lock()
+	if err := w.lockMu(ctx); err != nil {
+		return err
+	}
 	defer w.mu.Unlock()
 	var first error
 	keep := func(err error) {
@@ -683,7 +714,9 @@ func (w *Window) Sync() error {
 // Post starts an exposure epoch for the ranks of origins (MPI_Win_post):
 // each may then Start an access epoch to this rank. It does not wait.
 func (w *Window) Post(ctx context.Context, origins []int, a Assert) error {
-	w.mu.Lock()
+	if err := w.lockMu(ctx); err != nil {
+		return err
+	}
 	defer w.mu.Unlock()
 	if w.freed.Load() {
 		return ErrFreed
@@ -717,7 +750,9 @@ func (w *Window) Post(ctx context.Context, origins []int, a Assert) error {
 // Start starts an access epoch to the ranks of targets (MPI_Win_start); it
 // waits until each has posted a matching exposure epoch.
 func (w *Window) Start(ctx context.Context, targets []int, a Assert) error {
-	w.mu.Lock()
+	if err := w.lockMu(ctx); err != nil {
+		return err
+	}
 	defer w.mu.Unlock()
 	if w.freed.Load() {
 		return ErrFreed
@@ -752,7 +787,9 @@ func (w *Window) Start(ctx context.Context, targets []int, a Assert) error {
 // completes every RMA call of the epoch at its target, then tells each
 // target so.
 func (w *Window) Complete(ctx context.Context) error {
-	w.mu.Lock()
+	if err := w.lockMu(ctx); err != nil {
+		return err
+	}
 	defer w.mu.Unlock()
 	if w.freed.Load() {
 		return ErrFreed
@@ -785,7 +822,9 @@ func (w *Window) Complete(ctx context.Context) error {
 // until every rank of the Post's group has called Complete, so that all
 // their RMA calls to this rank are done.
 func (w *Window) Wait(ctx context.Context) error {
-	w.mu.Lock()
+	if err := w.lockMu(ctx); err != nil {
+		return err
+	}
 	defer w.mu.Unlock()
 	if w.freed.Load() {
 		return ErrFreed

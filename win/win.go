@@ -121,7 +121,10 @@ type Window struct {
 	access   verbs.Access // remote rights of the window's memory registrations
 	pin      runtime.Pinner
 	served   bool // the group's engine serves the window's id for it
-	keep     any // a caller's typed slice, kept reachable
+	// freeing: a Free was cut short by its context; freeEntered: it had
+	// entered its barrier (the other ranks counted it).
+	freeing, freeEntered bool
+	keep                 any // a caller's typed slice, kept reachable
 
 	id     uint32
 	cfg    config
@@ -344,32 +347,66 @@ func (w *Window) release() {
 // Complete or Wait, it returns ErrEpoch and frees nothing, as MPICH's does.
 // Once a peer of the window is lost, those calls may never succeed: Free
 // then ends the open epochs itself (releasing the locks it can).
+//
+// If ctx ends before every rank has come, Free returns its error and this
+// rank's part of the window stays registered (its epochs ended): call Free
+// again to complete it; the other ranks wait for it as for a late rank. A
+// Free whose context has ended already does nothing.
 func (w *Window) Free(ctx context.Context) error {
 	if w.freed.Load() {
 		return ErrFreed
 	}
-	if err := w.ep.openForFree(w); err != nil {
+	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if !w.freeing {
+		if err := w.ep.openForFree(ctx, w); err != nil {
+			return err
+		}
 	}
 	if w.freed.Swap(true) {
 		return ErrFreed
 	}
+	w.freeing = true
 	err := w.flushAll(ctx)
 	if lerr := w.ep.releaseAll(ctx, w); err == nil {
 		err = lerr
 	}
 	// A Fence whose wait its context cut short is completed first: the
-	// other ranks counted it.
-	if w.ep.barrierPending {
+	// other ranks counted it. Then Free's own barrier, or the rest of it
+	// if an earlier Free entered it.
+	if w.ep.barrierPending && !w.freeEntered {
 		if berr := w.barrier(ctx); err == nil {
 			err = berr
 		}
 	}
-	if berr := w.barrier(ctx); err == nil {
-		err = berr
+	if !w.ep.barrierPending || w.freeEntered {
+		before := w.ep.barriers
+		berr := w.barrier(ctx)
+		w.freeEntered = w.freeEntered || w.ep.barriers != before
+		if err == nil {
+			err = berr
+		}
+	}
+	if err != nil && ctx.Err() != nil && !w.peerLost() {
+		// Cut short by ctx with every rank alive: the others may still
+		// be on their way, and their barrier atomics land in this
+		// window's memory.
+		w.freed.Store(false)
+		return err
 	}
 	w.release()
 	return err
+}
+
+// peerLost reports whether a rank of the window is lost.
+func (w *Window) peerLost() bool {
+	for r := range w.remote {
+		if err := w.f.PeerErr(r); err != nil && !errors.Is(err, fabric.ErrPeerLeft) {
+			return true
+		}
+	}
+	return false
 }
 
 // Bytes is this rank's window memory (nil for a dynamic window). Local
