@@ -39,7 +39,8 @@ func (c *config) digest() uint64 {
 // every one of them, all go to the NIC; otherwise every accumulate on the
 // window goes through the target's engine, so that they may be mixed on one
 // location. Calls with an undeclared pair fail with ErrUndeclared. NO_OP is
-// always allowed.
+// always allowed. With no pairs it declares nothing: the window keeps the
+// default (MPI's same_op_no_op), as an info key left unset would.
 func AccumulateOps(pairs ...atomics.Pair) Option {
 	return func(c *config) { c.pairs = append(c.pairs[:0:0], pairs...); c.anyOp = false }
 }
