@@ -440,8 +440,8 @@ func (w *Window) unlockExclusive(ctx context.Context, rank int) error {
 // target's CPU takes no part; a waiting writer stops new readers, so a
 // stream of readers cannot starve it. With NoCheck no lock is taken. If ctx
 // ends first, Lock returns its error and the lock is as if Lock had not
-// been called. Lock of ProcNull locks nothing: it opens an epoch for calls to ProcNull
-// (see ProcNull).
+// been called. Lock of ProcNull locks nothing: it opens an epoch for calls
+// to ProcNull (see ProcNull).
 func (w *Window) Lock(ctx context.Context, lt LockType, target int, a Assert) error {
 	if err := w.lockMu(ctx); err != nil {
 		return err
