@@ -47,7 +47,7 @@ integration: tools
 		echo "== race detector ==" && RMA_SOAK_TIME=4s $(BIN)/integration-race.test -test.v -test.count=1 -test.timeout=25m'
 
 # The module used from a module of one's own: hack/consumer.sh builds the
-# README's program and a program calling every public package in a temporary
+# README's program and a program calling the public packages but service in a temporary
 # module outside this repository (go mod tidy, build, vet, a CGO_ENABLED=0
 # build that must report verbs.ErrNotSupported), then runs both on rxe.
 consumer: tools

@@ -74,12 +74,12 @@ type config struct {
 func Threshold(bytes int) Option { return func(c *config) { c.threshold = bytes } }
 
 // SlotSize sets the size of an inbox slot, rounded down to a multiple of
-// 64 bytes, at least MinSlotSize (default: DefaultSlotSize, shrunk to fit
-// DefaultMemory on large groups).
+// 64 bytes, from MinSlotSize to 1 GiB (default: DefaultSlotSize, shrunk to
+// fit DefaultMemory on large groups); New refuses others with ErrInvalid.
 func SlotSize(bytes int) Option { return func(c *config) { c.slotSize = bytes } }
 
-// Slots sets the number of inbox slots per ordered pair of ranks, at least
-// 1 (default DefaultSlots): how many pieces of a message may be in flight
+// Slots sets the number of inbox slots per ordered pair of ranks, 1 to 64
+// (default DefaultSlots; New refuses others with ErrInvalid): how many pieces of a message may be in flight
 // before the receiver acknowledges the first.
 func Slots(n int) Option { return func(c *config) { c.slots = n } }
 

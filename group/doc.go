@@ -2,8 +2,8 @@
 //
 // N processes form a group over TCP: rank 0 listens on an address and the
 // others join it. Rank, size and address come from Options or from the
-// environment (FromEnv: RMA_RANK, RMA_SIZE, RMA_ADDR, RMA_SECRET, or the
-// variables mpirun and srun set). A shared secret authenticates every
+// environment (FromEnv: RMA_RANK, RMA_SIZE, RMA_ADDR, RMA_SECRET; rank and
+// size may come from the variables mpirun and srun set instead). A shared secret authenticates every
 // joiner with a mutual HMAC challenge before anything else is said, so a
 // process without it learns no memory key or address. Each rank connects
 // a loopback queue pair for its own memory at Join; the reliable-connected

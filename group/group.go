@@ -77,9 +77,9 @@ type Options struct {
 	RecvBuffers int
 }
 
-// FromEnv reads the group's identity from the environment: RMA_RANK,
-// RMA_SIZE, RMA_ADDR, RMA_SECRET, or the rank and size that mpirun (Open MPI,
-// MPICH) and srun set; and RMA_DEVICE, RMA_PORT, RMA_GID_INDEX, RMA_SPIN, RMA_ENGINE_SPIN, RMA_REPLY_SPIN, RMA_PEER_TIMEOUT,
+// FromEnv reads the group's identity from the environment: RMA_RANK and
+// RMA_SIZE (or the rank and size that mpirun (Open MPI, MPICH) and srun
+// set), RMA_ADDR and RMA_SECRET (which no launcher but rmarun sets); and RMA_DEVICE, RMA_PORT, RMA_GID_INDEX, RMA_SPIN, RMA_ENGINE_SPIN, RMA_REPLY_SPIN, RMA_PEER_TIMEOUT,
 // RMA_SLOTS, RMA_CHUNKS, RMA_RECV_BUFFERS.
 func FromEnv() (Options, error) {
 	cfg, err := bootstrap.ConfigFromEnv()

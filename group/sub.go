@@ -210,7 +210,8 @@ func subSecret(secret []byte, serial uint32, color int) []byte {
 }
 
 // FabricRank translates a rank of g into the rank of the same process in
-// g.Fabric() (they differ in a subgroup made by Split).
+// the group Join formed, whose RDMA connections every subgroup shares (the
+// two differ in a subgroup made by Split).
 func (g *Group) FabricRank(r int) int {
 	if g.world == nil {
 		return r

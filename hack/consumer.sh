@@ -6,8 +6,9 @@
 # with this checkout, with two programs:
 #   cmd/readme  the program of README.md's "Use it in your module" section,
 #               extracted from between its markers (so the README cannot rot)
-#   cmd/api     calls the main exported API of every public package (group,
-#               win, op, datatype, coll, verbs, atomics, fallback) and checks
+#   cmd/api     calls the main exported API of the public packages (group,
+#               win, op, datatype, coll, verbs, atomics, fallback; service has its
+#               own integration tests) and checks
 #               exact results: an exported API that only works from inside the
 #               module (an internal type needed to call it, a missing export)
 #               fails to compile here
@@ -112,8 +113,8 @@ awk -v marker='<!-- consumer.sh: cmd/readme/main.go -->' '
 [[ -s $tmp/cmd/readme/main.go ]] || die "the README's program is empty"
 
 cat >"$tmp/cmd/api/main.go" <<'EOF'
-// Command api uses the main exported API of every public package of
-// github.com/onesided/rma from outside its module, and checks every result
+// Command api uses the main exported API of the public packages of
+// github.com/onesided/rma (service aside) from outside its module, and checks every result
 // against the value MPI's semantics give. It exits 1 on any mismatch.
 //
 //	rmarun -n 2 ./api    on an RDMA device, 2 to 8 ranks

@@ -7,7 +7,7 @@
 //
 // # Rules
 //
-// [Check] implements MPI-4.1 §6.9.2 and the accumulate restrictions of §13.3.4:
+// [Check] implements MPI-4.1 §6.9.2 and the accumulate restrictions of §12.3.4:
 // MAX and MIN on integers and floating point; SUM and PROD also on complex;
 // LAND, LOR and LXOR on integers and bool; BAND, BOR and BXOR on integers and
 // byte; MAXLOC and MINLOC on the value-index pairs only; REPLACE on any type

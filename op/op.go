@@ -69,7 +69,8 @@ func (o Op) IsUser() bool { return o >= FirstUser }
 
 // String returns the MPI name of o without the "MPI_" prefix ("SUM",
 // "NO_OP", ...), the name of a registered user-defined op, "USER(n)" for
-// another value of the user range and "Op(n)" for an invalid value.
+// another value of the user range (n counted from FirstUser, as Create
+// numbers them) and "Op(n)" for an invalid value.
 func (o Op) String() string {
 	switch {
 	case o.Predefined():
@@ -209,7 +210,7 @@ func checkArgs(o Op, b datatype.Basic) error {
 }
 
 // Check reports whether MPI allows op o on elements of type b in a call of
-// kind use. The rules (MPI-4.1 §6.9.2 and §13.3.4):
+// kind use. The rules (MPI-4.1 §6.9.2 and §12.3.4):
 //
 //   - MAX, MIN: integers and floating point (not complex, bool or byte);
 //   - SUM, PROD: integers, floating point and complex;

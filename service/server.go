@@ -207,9 +207,10 @@ func (s *Server) Conns() int {
 // and read, write and update with atomics, until Close. mem must be
 // 8-byte aligned (memory from verbs.Alloc is page aligned), must not be
 // empty, and must stay valid until Close returns; the server registers
-// it (it is pinned until Close). The server never touches mem itself:
-// concurrent updates by the process and by clients' atomics are not
-// atomic with each other. name is 1 to MaxNameLen bytes.
+// it (it is pinned until Close). Clients' NIC atomics, reads and writes
+// reach mem without the server's code, and its engine applies their other
+// accumulates to it; neither is atomic with the process's own loads and
+// stores on mem. name is 1 to MaxNameLen bytes.
 func (s *Server) Expose(name string, mem []byte) error {
 	if len(name) == 0 || len(name) > MaxNameLen {
 		return fmt.Errorf("%w: window name of %d bytes (1 to %d)", win.ErrInvalid, len(name), MaxNameLen)

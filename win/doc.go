@@ -93,7 +93,9 @@
 // half done). AccumulateOps and AnyOp change this (see atomics). The ranks agree
 // on the routing when the window is created: if one rank's device cannot
 // do remote atomics, every rank sends everything to the engine, and ranks
-// that pass different accumulate options fail the creation with ErrInvalid.
+// that pass different routing options (AccumulateOps, AnyOp) fail the
+// creation with ErrInvalid. AccumulateOrdering is each origin's own: it
+// orders that rank's calls, and ranks may choose differently.
 // Route and RouteCompareAndSwap tell which path a call takes. NIC atomics
 // need an 8-byte aligned target address (ErrAlignment otherwise).
 //

@@ -11,7 +11,8 @@
 // ok or with its fix: the locked-memory limit (RLIMIT_MEMLOCK, its hard
 // limit and what the process has pinned), whether the process holds
 // CAP_IPC_LOCK where it lifts that limit, and whether each device's file
-// under /dev/infiniband (and rdma_cm, if present) opens read-write.
+// under /dev/infiniband (and rdma_cm, if present) opens read-write. On a
+// host with no RDMA device it says so, and exits with status 2, instead.
 //
 //	rmainfo [-d device] [-probe] [-n iterations] [-json]
 //

@@ -7,7 +7,8 @@
 // group.FromEnv reads. Every output line is prefixed with its rank. When a
 // rank fails, the others are stopped, and rmarun exits with the first
 // failing rank's exit code (0 if all succeed). Under mpirun or srun no
-// launcher is needed: group.FromEnv reads their variables.
+// launcher is needed: group.FromEnv reads the rank and size they set, and
+// RMA_ADDR and RMA_SECRET must be exported to every rank.
 package main
 
 import (

@@ -96,13 +96,26 @@ func installMissing() error {
 		return nil
 	}
 	logf("installing %s", strings.Join(missing, " "))
-	if os.Geteuid() != 0 {
-		return fmt.Errorf("not root: install them with: sudo apt-get install -y %s", strings.Join(missing, " "))
+	if os.Geteuid() != 0 && !haveSudo() {
+		return fmt.Errorf("not root and no sudo: install them with: apt-get install -y %s", strings.Join(missing, " "))
 	}
-	if err := run("apt-get", "update", "-q"); err != nil {
+	if err := aptGet("update", "-q"); err != nil {
 		return err
 	}
-	return run("apt-get", append([]string{"install", "-y", "-q", "--no-install-recommends"}, missing...)...)
+	return aptGet(append([]string{"install", "-y", "-q", "--no-install-recommends"}, missing...)...)
+}
+
+func haveSudo() bool {
+	_, err := exec.LookPath("sudo")
+	return err == nil
+}
+
+// aptGet runs apt-get as root: through sudo when this process is not.
+func aptGet(args ...string) error {
+	if os.Geteuid() == 0 || !haveSudo() {
+		return run("apt-get", args...)
+	}
+	return run("sudo", append([]string{"env", "DEBIAN_FRONTEND=noninteractive", "apt-get"}, args...)...)
 }
 
 // run runs a command non-interactively, its output on stderr.
@@ -149,13 +162,13 @@ func kernelPackage(cache string) (string, error) {
 		sort.Strings(m)
 		return filepath.Base(m[len(m)-1]), nil
 	}
-	if err := run("apt-get", "update", "-q"); err != nil {
+	if err := aptGet("update", "-q"); err != nil {
 		return "", err
 	}
 	if p := depends(); p != "" {
 		return p, nil
 	}
-	return "", errors.New("apt-cache depends linux-image-amd64 names no kernel package (not Debian amd64?)")
+	return "", errors.New("apt-cache depends linux-image-amd64 names no kernel package: the test VM boots Debian's amd64 kernel package, from a Debian host's package archive (on a host whose own kernel has rdma_rxe, create a device with hack/soft-roce-setup.sh instead, and rxevm runs commands there without a VM)")
 }
 
 // A kernel is an extracted kernel package.
