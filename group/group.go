@@ -279,6 +279,9 @@ func (g *Group) NICAtomics() error { return g.probeErr }
 // the barrier is visible after it, and stores made before it are seen by
 // what the engine applies after it.
 func (g *Group) Barrier(ctx context.Context) error {
+	// Before: this rank's stores happen before whatever the engine applies
+	// once another rank, released by the barrier, sends an accumulate.
+	g.fab.SyncEngine()
 	if err := g.overTCP(ctx, func(ctx context.Context) error { return g.boot.Barrier(ctx) }); err != nil {
 		return fmt.Errorf("group: barrier: %w", err)
 	}
@@ -290,6 +293,7 @@ func (g *Group) Barrier(ctx context.Context) error {
 // orders window memory accesses with the engine as Barrier does.
 func (g *Group) AllGather(ctx context.Context, mine []byte) ([][]byte, error) {
 	var all [][]byte
+	g.fab.SyncEngine()
 	err := g.overTCP(ctx, func(ctx context.Context) (err error) {
 		all, err = g.boot.AllGather(ctx, mine)
 		return err

@@ -25,6 +25,7 @@ func init() {
 	workers["pscw"] = workPSCW
 	workers["misuse"] = workMisuse
 	workers["create"] = workCreate
+	workers["group-sync"] = workGroupSync
 }
 
 func u64(v uint64) []byte { return binary.NativeEndian.AppendUint64(nil, v) }
@@ -492,5 +493,81 @@ func TestCreateAndDynamicWindows(t *testing.T) {
 	outs := newLaunch(t, "create", 4).run(2 * time.Minute)
 	for _, o := range outs {
 		value(t, o, "create")
+	}
+}
+
+// workGroupSync (run under the race detector too): the group's Barrier and
+// AllGather order a rank's plain stores to its window memory before the
+// accumulates another rank sends once released by them, which the
+// engine applies, and those accumulates before the rank's loads after the
+// next one (MPICH's mixedsync: memset, MPI_Barrier, then locked
+// accumulates by the others). Barrier synchronised the engine only after
+// the collective, so that the engine could apply an accumulate before it:
+// a data race the race detector reported every time, and that a weaker
+// memory order than amd64's could make real.
+func workGroupSync(ctx context.Context, g *group.Group) error {
+	me, n := g.Rank(), g.Size()
+	// Go memory, which the race detector watches (not Allocate's).
+	mem := make([]int32, 16)
+	w, err := win.CreateSlice(ctx, g, mem)
+	if err != nil {
+		return err
+	}
+	syncs := []struct {
+		name string
+		sync func() error
+	}{
+		{"Barrier", func() error { return g.Barrier(ctx) }},
+		{"AllGather", func() error { _, err := g.AllGather(ctx, []byte{byte(me)}); return err }},
+	}
+	// One LockAll epoch throughout, so that a rank's accumulates leave as
+	// soon as its collective returns, while the others may still be in
+	// theirs.
+	if err := w.LockAll(ctx); err != nil {
+		return err
+	}
+	for round := range 40 {
+		s := syncs[round%len(syncs)]
+		base := int32(100 * (round + 1))
+		for i := range mem {
+			mem[i] = base // plain stores, before the collective
+		}
+		if err := s.sync(); err != nil {
+			return err
+		}
+		for t := range n {
+			if t != me {
+				// int32 SUM: applied by the target's engine.
+				if err := win.AccumulateSlice(ctx, w, []int32{1}, t, 0, op.Sum); err != nil {
+					return err
+				}
+			}
+		}
+		if err := w.FlushAll(ctx); err != nil {
+			return err
+		}
+		if err := s.sync(); err != nil {
+			return err
+		}
+		if want := base + int32(n-1); mem[0] != want {
+			return fmt.Errorf("after %s: slot 0 = %d, want %d", s.name, mem[0], want)
+		}
+		if err := s.sync(); err != nil {
+			return err
+		}
+	}
+	if err := w.UnlockAll(ctx); err != nil {
+		return err
+	}
+	if err := w.Free(ctx); err != nil {
+		return err
+	}
+	fmt.Println("group-sync=ok")
+	return nil
+}
+
+func TestGroupSync(t *testing.T) {
+	for _, o := range newLaunch(t, "group-sync", 4).run(2 * time.Minute) {
+		value(t, o, "group-sync")
 	}
 }
