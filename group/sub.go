@@ -166,7 +166,7 @@ func (s *serials) give(n uint64) {
 // that some rank could not take is given back everywhere and the ranks try
 // again above it, from a random offset so that two contending Splits part.
 func (g *Group) agreeSerial(ctx context.Context, proposals []uint64) (uint32, error) {
-	for round := 0; ; round++ {
+	for {
 		cand := slices.Max(proposals)
 		if cand > maxSplits {
 			return 0, fmt.Errorf("group: split: %w: more than %d subgroups in one process", ErrConfig, maxSplits)

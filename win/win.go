@@ -121,8 +121,9 @@ type Window struct {
 	access   verbs.Access // remote rights of the window's memory registrations
 	pin      runtime.Pinner
 	served   bool // the group's engine serves the window's id for it
-	// freeing: a Free was cut short by its context; freeEntered: it had
-	// entered its barrier (the other ranks counted it).
+	// freeing: Free has begun (one cut short by its context is resumed by
+	// the next); freeEntered: it has entered its barrier (the other ranks
+	// counted it).
 	freeing, freeEntered bool
 	keep                 any // a caller's typed slice, kept reachable
 
