@@ -349,17 +349,18 @@ func (w *Window) endRequests(err error) {
 // be reused); a flush or the end of the epoch completes the put at the
 // target and reports its failure there.
 func (w *Window) RPut(ctx context.Context, origin []byte, target, disp int) (*Request, error) {
-	if err := w.passive(target); err != nil {
+	if err := w.passive(target, "request-based RMA call"); err != nil {
 		return nil, err
 	}
 	return done(w.Put(ctx, origin, target, disp))
 }
 
 // passive is ErrEpoch unless target is in a passive-target access epoch
-// (Lock or LockAll): MPI allows the request-based calls only there
-// (MPI-4.1 12.3.5), and MPICH refuses them elsewhere (MPI_ERR_RMA_SYNC).
-// ProcNull needs one too (Lock of ProcNull opens one for it).
-func (w *Window) passive(target int) error {
+// (Lock or LockAll): MPI allows the request-based calls and Flush only
+// there (MPI-4.1 12.3.5, 12.5.4), and MPICH refuses them elsewhere
+// (MPI_ERR_RMA_SYNC). ProcNull needs one too (Lock of ProcNull opens one
+// for it). what names the call in the error.
+func (w *Window) passive(target int, what string) error {
 	if target == ProcNull {
 		return w.nullPassive()
 	}
@@ -369,16 +370,16 @@ func (w *Window) passive(target int) error {
 	if err := w.checkRank(target); err != nil {
 		return err
 	}
-	if w.ep.lockAll.Load() || w.ep.access[target].Load()&(accShared|accExclusive|accNoCheck) != 0 {
+	if w.ep.lockAll.Load() || w.ep.access[target].Load()&(accShared|accExclusive) != 0 {
 		return nil
 	}
-	return fmt.Errorf("%w: request-based RMA call to rank %d outside a passive-target epoch (Lock or LockAll; MPI allows them nowhere else)", ErrEpoch, target)
+	return fmt.Errorf("%w: %s to rank %d outside a passive-target epoch to it (Lock or LockAll first; MPI allows it nowhere else)", ErrEpoch, what, target)
 }
 
 // RPutTo is the request-based PutTo (MPI_Rput with datatypes); like RPut,
 // its request is complete at once.
 func (w *Window) RPutTo(ctx context.Context, origin Buffer, t Region) (*Request, error) {
-	if err := w.passive(t.Rank); err != nil {
+	if err := w.passive(t.Rank, "request-based RMA call"); err != nil {
 		return nil, err
 	}
 	return done(w.PutTo(ctx, origin, t))
@@ -389,7 +390,7 @@ func (w *Window) RPutTo(ctx context.Context, origin Buffer, t Region) (*Request,
 // applied by NIC atomics, before the call returns); a flush or the end of
 // the epoch completes it at the target.
 func (w *Window) RAccumulate(ctx context.Context, origin Buffer, target Region, o op.Op) (*Request, error) {
-	if err := w.passive(target.Rank); err != nil {
+	if err := w.passive(target.Rank, "request-based RMA call"); err != nil {
 		return nil, err
 	}
 	return done(w.AccumulateTo(ctx, origin, target, o))
@@ -405,7 +406,7 @@ func (w *Window) RGet(ctx context.Context, result []byte, target, disp int) (*Re
 	if target == ProcNull {
 		return w.nullRequest()
 	}
-	if err := w.passive(target); err != nil {
+	if err := w.passive(target, "request-based RMA call"); err != nil {
 		return nil, err
 	}
 	addr, rkey, err := w.address(ctx, target, disp, len(result))
@@ -430,7 +431,7 @@ func (w *Window) RGetTo(ctx context.Context, result Buffer, t Region) (*Request,
 	if t.Rank == ProcNull {
 		return w.nullRequest()
 	}
-	if err := w.passive(t.Rank); err != nil {
+	if err := w.passive(t.Rank, "request-based RMA call"); err != nil {
 		return nil, err
 	}
 	if empty, err := checkData("result", &result, &t); err != nil || empty {
@@ -475,7 +476,7 @@ func (w *Window) RGetAccumulate(ctx context.Context, origin, result Buffer, t Re
 	if t.Rank == ProcNull {
 		return w.nullRequest()
 	}
-	if err := w.passive(t.Rank); err != nil {
+	if err := w.passive(t.Rank, "request-based RMA call"); err != nil {
 		return nil, err
 	}
 	if o == op.NoOp {

@@ -662,17 +662,8 @@ func (e *epochs) releaseAll(ctx context.Context, w *Window) error {
 // post-start-complete-wait epoch too, it fails with ErrEpoch, as MPICH's
 // does.
 func (w *Window) Flush(ctx context.Context, target int) error {
-	if target == ProcNull {
-		return w.nullPassive()
-	}
-	if w.freed.Load() {
-		return ErrFreed
-	}
-	if err := w.checkRank(target); err != nil {
+	if err := w.passive(target, "flush"); err != nil || target == ProcNull {
 		return err
-	}
-	if !w.ep.lockAll.Load() && w.ep.access[target].Load()&(accShared|accExclusive) == 0 {
-		return fmt.Errorf("%w: flush of rank %d outside a passive-target epoch to it (Lock or LockAll first)", ErrEpoch, target)
 	}
 	return w.flush(ctx, target)
 }
