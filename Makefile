@@ -4,6 +4,8 @@
 # make bench  this library against perftest on the same device, same boot
 GO      ?= go
 BIN     := $(CURDIR)/.cache/bin
+# The linter, fetched through the module proxy by go run (pinned).
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 RXEVM   := $(BIN)/rxevm
 FUZZTIME ?= 100000x
 
@@ -26,6 +28,8 @@ test:
 unit: deps
 	$(GO) vet ./...
 	$(GO) vet -tags integration ./test
+	$(GO) run $(STATICCHECK) ./...
+	$(GO) run $(STATICCHECK) -tags integration ./test
 	$(GO) test -race -count=1 ./...
 
 nocgo:

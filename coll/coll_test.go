@@ -21,7 +21,6 @@ import (
 // known to be in place once completed, and a word put is one atomic store.
 type fakeNet struct {
 	mem [][]uint64
-	mu  sync.Mutex
 }
 
 type fakeMem struct {

@@ -447,7 +447,7 @@ func TestRegistryConcurrent(t *testing.T) {
 	if RegistryDigest() == d0 {
 		t.Error("digest unchanged by Register")
 	}
-	if RegistryDigest() != RegistryDigest() {
+	if d1, d2 := RegistryDigest(), RegistryDigest(); d1 != d2 {
 		t.Error("digest not deterministic")
 	}
 }

@@ -207,9 +207,9 @@ func allocProfile() map[allocStack]int64 {
 	runtime.GC()
 	var recs []runtime.MemProfileRecord
 	for {
-		n, ok := runtime.MemProfile(nil, true)
+		n, _ := runtime.MemProfile(nil, true)
 		recs = make([]runtime.MemProfileRecord, n+64)
-		if n, ok = runtime.MemProfile(recs, true); ok {
+		if n, ok := runtime.MemProfile(recs, true); ok {
 			recs = recs[:n]
 			break
 		}

@@ -25,14 +25,6 @@ func isFloat(b datatype.Basic) bool {
 
 func isComplex(b datatype.Basic) bool { return b == datatype.Complex64 || b == datatype.Complex128 }
 
-func isPair(b datatype.Basic) bool {
-	switch b {
-	case datatype.Float32Int, datatype.Float64Int, datatype.Int64Int, datatype.Int32Int, datatype.Int16Int:
-		return true
-	}
-	return false
-}
-
 // encode writes n as an element of b (host byte order, Go layout).
 func encode(b datatype.Basic, n num) []byte {
 	ne := binary.NativeEndian

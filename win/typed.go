@@ -10,8 +10,6 @@ import (
 	"github.com/onesided/rma/op"
 )
 
-func bytesOf[T any](p *T) []byte { return unsafe.Slice((*byte)(unsafe.Pointer(p)), unsafe.Sizeof(*p)) }
-
 // scratch holds the operands and result of a typed call, so that no Go
 // value of the caller's escapes to the heap (the engine route keeps the
 // result buffer until the reply comes).

@@ -484,7 +484,7 @@ func answer(nc net.Conn, h collHeader) ([]byte, error) {
 	case msgAbort:
 		code, reason, err := decodeAbort(p)
 		if err == nil {
-			sentinel, what := codeErr(code)
+			what, sentinel := codeErr(code)
 			err = fmt.Errorf("%w: rank 0 aborted the call (%s): %q", sentinel, what, reason)
 		}
 		return nil, err

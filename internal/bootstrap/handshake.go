@@ -60,7 +60,7 @@ func joinHandshake(rw io.ReadWriter, cfg Config) error {
 	}
 	switch {
 	case typ == msgRefuse && len(p) == refuseLen:
-		sentinel, what := codeErr(p[0])
+		what, sentinel := codeErr(p[0])
 		return fmt.Errorf("%w: refused by rank 0 (claimed rank %d of %d): %s", sentinel, rank, size, what)
 	case typ == msgAccept && len(p) == acceptLen:
 		if !hmac.Equal(p, mac(cfg.Secret, labelRank0, size, rank, nj[:], n0)) {
@@ -102,7 +102,7 @@ func (l *Listener) handshake(rw io.ReadWriter) (int, error) {
 	refuse := func(code byte, format string, args ...any) (int, error) {
 		l.refused.Add(1)                        // before the peer can see the refusal
 		writeFrame(rw, msgRefuse, []byte{code}) // best effort: the peer is refused either way
-		sentinel, _ := codeErr(code)
+		_, sentinel := codeErr(code)
 		return 0, refusal{fmt.Errorf("%w: %s", sentinel, fmt.Sprintf(format, args...))}
 	}
 	if !hmac.Equal(proof, mac(l.cfg.Secret, labelJoiner, h.size, h.rank, h.nonce[:], n0[:])) {

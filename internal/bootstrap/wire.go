@@ -56,23 +56,23 @@ const (
 	codeTooLarge
 )
 
-// codeErr maps a code to its sentinel and a phrase.
-func codeErr(code byte) (error, string) {
+// codeErr maps a code to a phrase and its sentinel.
+func codeErr(code byte) (string, error) {
 	switch code {
 	case codeAuth:
-		return ErrAuth, "shared secret rejected by rank 0"
+		return "shared secret rejected by rank 0", ErrAuth
 	case codeRankTaken:
-		return ErrRankTaken, "rank already taken"
+		return "rank already taken", ErrRankTaken
 	case codeBadSize:
-		return ErrConfig, "group size differs from rank 0's"
+		return "group size differs from rank 0's", ErrConfig
 	case codeBadRank:
-		return ErrConfig, "rank out of range"
+		return "rank out of range", ErrConfig
 	case codeClosed:
-		return ErrClosed, "a connection was lost or the call abandoned"
+		return "a connection was lost or the call abandoned", ErrClosed
 	case codeTooLarge:
-		return ErrTooLarge, "result too large"
+		return "result too large", ErrTooLarge
 	}
-	return ErrProtocol, "protocol error"
+	return "protocol error", ErrProtocol
 }
 
 // writeFrame sends one frame whose payload is the concatenation of parts.
