@@ -96,8 +96,13 @@ type messaging struct {
 	repFree  chan uint16
 	h        Handlers
 	recvMu   sync.Mutex
-	requests uint64     // requests served (under recvMu): the engine spins while they come
-	wcs      []verbs.WC // 32, in Fabric.mem
+	requests uint64 // requests served (under recvMu): the engine spins while they come
+	// Receive buffers handled and not yet posted again (under recvMu): at
+	// most cap(repost), a quarter of the buffers, go back in one batch at
+	// the next poll that finds nothing, or when it is full, so that a
+	// caller who waited for a reply returns without a post on its way.
+	repost []verbs.RecvWR
+	wcs    []verbs.WC // 32, in Fabric.mem
 	// Reply waits that slept, and those of them a released credit ended
 	// (the rest ended by the periodic re-check or their context).
 	slept, woken atomic.Uint64
@@ -169,18 +174,40 @@ func (f *Fabric) initMessaging(credits, size, recv int) (err error) {
 			p.free <- uint16(c)
 		}
 	}
+	m.repost = make([]verbs.RecvWR, 0, min(8, nrecv/4))
 	for id := 0; id < nrecv; id++ {
-		if err := f.postRecv(id); err != nil {
+		if err := m.srq.PostRecv(uint64(id), m.mr.Local(id*m.size, m.size)); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// postRecv posts receive buffer id on the SRQ.
-func (f *Fabric) postRecv(id int) error {
+// recycleLocked gives receive buffer id, whose message was handled, back
+// to the SRQ: at once if no batch is kept, else in the batch, posted when
+// full. recvMu is held.
+func (f *Fabric) recycleLocked(id int) {
 	m := &f.m
-	return m.srq.PostRecv(uint64(id), m.mr.Local(id*m.size, m.size))
+	l := m.mr.Local(id*m.size, m.size)
+	if cap(m.repost) == 0 {
+		m.srq.PostRecv(uint64(id), l) // a buffer the SRQ refuses is lost to it (below)
+		return
+	}
+	m.repost = append(m.repost, verbs.RecvWR{WRID: uint64(id), Local: l})
+	if len(m.repost) == cap(m.repost) {
+		f.repostLocked()
+	}
+}
+
+// repostLocked posts the batch of handled receive buffers; recvMu is held.
+// A buffer the SRQ cannot take back is lost to it; with none left, senders
+// wait (RNR) until their connections fail them.
+func (f *Fabric) repostLocked() {
+	m := &f.m
+	if len(m.repost) > 0 {
+		m.srq.PostRecvs(m.repost)
+		m.repost = m.repost[:0]
+	}
 }
 
 // register records c's QPs as the fabric's, so that what arrives on them
@@ -351,6 +378,9 @@ func (f *Fabric) pollRecvLocked() int {
 	if err != nil {
 		return 0
 	}
+	if n == 0 {
+		f.repostLocked() // idle: the buffers handled go back now
+	}
 	for i := 0; i < n; i++ {
 		wc := &m.wcs[i]
 		id := int(wc.WRID)
@@ -375,12 +405,7 @@ func (f *Fabric) pollRecvLocked() int {
 			m.requests++
 			f.onRequest(c, qs.side, int(wc.Imm&0xffff), m.mem[id*m.size:id*m.size+int(min(wc.ByteLen, uint32(m.size)))])
 		}
-		// The buffer is free again once its message is handled. A
-		// buffer the SRQ cannot take back is lost to it; with none left,
-		// senders wait (RNR) until the connection fails them.
-		if err := f.postRecv(id); err != nil && c != nil {
-			f.fault(c)
-		}
+		f.recycleLocked(id) // free again once its message is handled
 	}
 	return n
 }
@@ -664,7 +689,9 @@ func (f *Fabric) progressMsg(ctx context.Context, rank int, done func() bool) er
 				continue
 			}
 		}
-		if f.pollMu.TryLock() {
+		// The send completions (requests sent, whose slots they free)
+		// are polled one time in four: what is waited for is a reply.
+		if empty&3 == 0 && f.pollMu.TryLock() {
 			f.pollLocked()
 			f.pollMu.Unlock()
 		}
