@@ -36,7 +36,8 @@
 // returns ErrEpoch, and so does Free inside an epoch other than a fence
 // epoch (unless a peer is lost: see Free). Locks and post/start counters live in a small page of
 // each rank's memory and are driven by NIC atomics only: the target's CPU
-// takes no part, and a waiting writer holds off new readers. Each epoch
+// takes no part, and a writer waiting for the readers to leave holds off
+// new ones. Each epoch
 // call takes only the assertions MPI lists for it (see Assert; Lock and
 // LockAll take only NoCheck, and then take no lock); any other returns
 // ErrInvalid, as in MPICH. As in MPICH too, a Start epoch and Lock epochs
@@ -128,9 +129,16 @@
 // connections); when its whole host dies, within
 // about twice the group's peer timeout (group.Options.PeerTimeout: the
 // transport gives up after seven ACK timeouts, and the liveness connection
-// within three peer timeouts). Calls among the others go on, collectives
-// of a group that holds it fail with ErrPeerLost too, and Free returns an
-// error but still releases this rank's part of the window.
+// within three peer timeouts). Calls among the others go on: a lock the
+// lost rank held (or was taking) is taken back by the ranks that wait for
+// it; LockAll locks the living ranks; a Start, Wait, Fence or Complete that
+// needs the lost rank fails with ErrPeerLost, and the calls that end an
+// epoch (Unlock, UnlockAll, Complete, Wait, Fence) end it even when they
+// fail, unless their context ended first. Collectives of a group that
+// holds the lost rank fail with ErrPeerLost too, and Free waits for the
+// living ranks, returns an error and releases this rank's part of the
+// window. A rank that closes its group before it enters a Fence or Free
+// counts as lost there.
 //
 // # Errors
 //

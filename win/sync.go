@@ -2,14 +2,12 @@ package win
 
 import (
 	"context"
-	"errors"
+	"encoding/binary"
 	"fmt"
 	"runtime"
 	"sync/atomic"
 	"time"
 	"unsafe"
-
-	"github.com/onesided/rma/internal/fabric"
 )
 
 // Assert is a set of MPI assertions on an epoch call (MPI_MODE_*). Each call
@@ -44,19 +42,22 @@ const (
 	accNoCheck                      // Lock with NoCheck: no lock was taken
 )
 
-// The synchronisation page of a window, per rank: lock words, PSCW
-// counters (one per peer) and the head of the dynamic region table.
+// The synchronisation page of a window, per rank: the lock's owner word,
+// one word per peer for each of the shared lock, the window's barrier and
+// the PSCW counters, and the head of the dynamic region table. Every word
+// a peer changes belongs to one rank (the owner word names its rank), so
+// that the survivors of a lost rank can take back what it held.
 const (
-	syncLock   = 0  // readers in the low 32 bits, writers (holding or waiting) in the high 32
-	syncOwner  = 8  // rank+1 of the exclusive holder, 0 if none
-	syncFence  = 16 // barriers (Fence, Free) entered by the other ranks
+	syncOwner  = 0  // rank+1 of the writer that holds the lock or waits for its readers, 0 if none
 	syncPosted = 64 // + 8*r: Posts rank r made to this rank
 	regionHead = 64 // dynamic windows: the head of the region table, at syncTable (see dynamic.go)
 	regionSize = 32 // dynamic windows: one entry of the region table, in a buffer of its own
 )
 
-func syncCompleted(n int) int { return syncPosted + 8*n } // + 8*r: Completes of rank r
-func syncTable(n int) int     { return (syncCompleted(n) + 8*n + 63) &^ 63 }
+func syncCompleted(n int) int { return syncPosted + 8*n }       // + 8*r: Completes of rank r
+func syncFences(n int) int    { return syncCompleted(n) + 8*n } // + 8*r: barriers (Fence, Free) rank r entered
+func syncReaders(n int) int   { return syncFences(n) + 8*n }    // + 8*r: 1 while rank r holds or takes a shared lock
+func syncTable(n int) int     { return (syncReaders(n) + 8*n + 63) &^ 63 }
 func syncSize(n int) int      { return (syncTable(n) + regionHead + 4095) &^ 4095 }
 
 type epochs struct {
@@ -84,6 +85,8 @@ type epochs struct {
 
 	barriers       uint64 // barriers this rank entered (see barrier)
 	barrierPending bool   // the last one's wait was cut short by its context
+	barrierErr     error  // the pending one could not tell a live rank
+	readers        []byte // lockExclusive's copy of a target's shared-lock words (under mu)
 }
 
 func (e *epochs) init(n int) {
@@ -200,15 +203,23 @@ func (w *Window) Fence(ctx context.Context, a Assert) error {
 	if w.ep.lockAll.Load() || w.ep.anyAccess() || w.ep.exposeGroup != nil {
 		return fmt.Errorf("%w: Fence inside a lock or post-start-complete-wait epoch", ErrEpoch)
 	}
-	if err := w.flushAll(ctx); err != nil {
+	// An error of the calls flushed does not keep this rank from the
+	// barrier the others wait in; one whose context has ended does.
+	err := w.flushAll(ctx)
+	if err != nil && ctx.Err() != nil {
 		return err
 	}
-	if err := w.barrier(ctx); err != nil {
-		return err
+	if berr := w.barrier(ctx); berr != nil {
+		if w.ep.barrierPending {
+			return berr // cut short by ctx: the next Fence completes it
+		}
+		// A rank is gone: no fence epoch can follow.
+		w.ep.fence.Store(false)
+		return berr
 	}
 	w.ep.fence.Store(a&NoSucceed == 0)
 	w.ep.fenceUsed.Store(false)
-	return nil
+	return err
 }
 
 // syncLocal orders this goroutine's loads and stores of the local window
@@ -219,15 +230,16 @@ func (w *Window) Fence(ctx context.Context, a Assert) error {
 func (w *Window) syncLocal() { w.f.SyncEngine() }
 
 // barrier is the window's own barrier, for Fence and Free. Each rank adds
-// one to the syncFence word of every other rank with a NIC atomic, then
-// waits until its own word holds one from each for every barrier it has
-// entered. It belongs to the window, not to the group (whose Barrier runs
-// over the bootstrap connections): Fences of two windows of one group,
-// called from two goroutines, never pair with each other, as MPI has each
-// window a communication context of its own. The sum is exact: no rank
-// can enter barrier k+1 before every rank has entered barrier k, so while
-// a rank waits in barrier k the others have each entered k-1, k or, only
-// once all have entered k, k+1.
+// one to its own word of syncFences in every other rank's page with a NIC
+// atomic, then waits until the word of each other rank in its own page
+// counts every barrier it has entered: rank r has entered barrier k when
+// its word reaches k. It belongs to the window, not to the group (whose
+// Barrier runs over the bootstrap connections): Fences of two windows of
+// one group, called from two goroutines, never pair with each other, as
+// MPI has each window a communication context of its own. A rank that is
+// lost, or closed the group, before it entered is not waited for: the
+// barrier waits for the others, then fails with its error (one that
+// entered and then closed the group has passed it).
 //
 // The notices, once posted, are awaited whatever ctx says (see syncAdd):
 // a barrier whose wait ctx cut short is pending, and the next call resumes
@@ -242,36 +254,38 @@ func (w *Window) barrier(ctx context.Context) error {
 		w.syncLocal()
 		w.ep.barriers++
 		w.ep.barrierPending = true
-		var first error // every live rank is told, so that none waits for ever
+		w.ep.barrierErr = nil
 		for r := range n {
-			if r == me {
+			if r == me || w.gone(r) {
 				continue
 			}
-			if _, err := w.syncAdd(ctx, r, syncFence, 1); err != nil && first == nil {
-				first = err
+			// Every live rank is told, so that none waits for ever.
+			if _, err := w.syncAdd(ctx, r, syncFences(n)+8*me, 1); err != nil && !w.gone(r) && w.ep.barrierErr == nil {
+				w.ep.barrierErr = err
 			}
-		}
-		if first != nil {
-			return first
 		}
 	}
-	p := w.syncWord(syncFence)
-	want := w.ep.barriers * uint64(n-1)
-	for i := 0; atomic.LoadUint64(p) < want; i++ {
-		// A rank that closed the group has left this barrier already (it
-		// passes only once every rank has entered); one lost has not.
-		for r := range n {
-			if err := w.f.PeerErr(r); err != nil && !errors.Is(err, fabric.ErrPeerLeft) {
+	err := w.ep.barrierErr
+	for r := range n {
+		if r == me {
+			continue
+		}
+		p := w.syncWord(syncFences(n) + 8*r)
+		for i := 0; atomic.LoadUint64(p) < w.ep.barriers; i++ {
+			if perr := w.f.PeerErr(r); perr != nil {
+				if atomic.LoadUint64(p) < w.ep.barriers && err == nil {
+					err = perr
+				}
+				break
+			}
+			if err := backoff(ctx, i); err != nil {
 				return err
 			}
-		}
-		if err := backoff(ctx, i); err != nil {
-			return err
 		}
 	}
 	w.ep.barrierPending = false
 	w.syncLocal()
-	return nil
+	return err
 }
 
 // lockMu takes w.mu, which the epoch calls hold while they wait (a Lock
@@ -328,40 +342,64 @@ func (w *Window) syncCAS(ctx context.Context, rank, off int, compare, swap uint6
 	return w.f.CompareSwap(ctx, rank, t.syncAddr+uint64(off), t.syncRKey, compare, swap)
 }
 
-// undo reverts a partial lock acquisition, even when the caller's context
-// has ended.
-func (w *Window) undo(rank int, off int, add uint64) {
-	w.syncAdd(context.Background(), rank, off, add)
+// syncRead reads rank's sync words at off into dst (8 bytes each),
+// within ctx.
+func (w *Window) syncRead(ctx context.Context, rank, off int, dst []byte) error {
+	t := &w.remote[rank]
+	return w.f.Read(ctx, rank, dst, t.syncAddr+uint64(off), t.syncRKey)
 }
 
-// lockShared takes a shared lock on rank: it adds a reader, and steps back
-// while a writer holds or waits for the lock. If ctx ends, it leaves the
-// lock word as it found it.
+// gone reports whether window rank r is lost or has closed the group: what
+// it held of a lock is taken back by those who wait for it.
+func (w *Window) gone(r int) bool { return w.f.PeerErr(r) != nil }
+
+// The lock on a rank's window is a reader-writer lock of NIC atomics in
+// its sync page, in words that each belong to one rank: a reader sets its
+// own word of syncReaders, then reads the owner word, and steps back (its
+// word cleared) while a writer is there; a writer takes the owner word
+// with a compare-and-swap, which stops new readers, then waits until no
+// reader's word is set. Each is one rank's, so a waiter that finds a word
+// of a rank that is gone clears it (a compare-and-swap from the gone
+// rank's value): a dead rank's lock does not block the living for ever.
+// The target's CPU takes no part.
+
+// lockShared takes a shared lock on rank. If ctx ends, it leaves the lock
+// words as it found them.
 func (w *Window) lockShared(ctx context.Context, rank int) error {
-	t := &w.remote[rank]
-	lock := t.syncAddr + syncLock
+	n, me := len(w.remote), w.g.Rank()
+	mine := syncReaders(n) + 8*me
+	var word [8]byte
 	for i := 0; ; {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		old, err := w.syncAdd(ctx, rank, syncLock, 1)
+		if _, err := w.syncAdd(ctx, rank, mine, 1); err != nil {
+			return err
+		}
+		// If the read fails (ctx ended, say), what was added is taken
+		// back below all the same.
+		err := w.syncRead(ctx, rank, syncOwner, word[:])
+		if err == nil && binary.NativeEndian.Uint64(word[:]) == 0 {
+			return nil
+		}
+		// A writer holds the lock or waits for its readers (or the
+		// read failed): step back so it is not starved.
+		if _, uerr := w.syncAdd(ctx, rank, mine, ^uint64(0)); err == nil {
+			err = uerr
+		}
 		if err != nil {
 			return err
 		}
-		if old>>32 == 0 {
-			return nil
-		}
-		// A writer holds or waits: step back so it is not starved.
-		if _, err := w.syncAdd(ctx, rank, syncLock, ^uint64(0)); err != nil {
-			return err
-		}
 		for {
-			v, err := w.f.Read8(ctx, rank, lock, t.syncRKey)
-			if err != nil {
+			if err := w.syncRead(ctx, rank, syncOwner, word[:]); err != nil {
 				return err
 			}
-			if v>>32 == 0 {
+			owner := binary.NativeEndian.Uint64(word[:])
+			if owner == 0 {
 				break
+			}
+			if w.takeBack(ctx, rank, syncOwner, owner) {
+				continue
 			}
 			if err := backoff(ctx, i); err != nil {
 				return err
@@ -371,47 +409,65 @@ func (w *Window) lockShared(ctx context.Context, rank int) error {
 	}
 }
 
-// lockExclusive takes the exclusive lock on rank: it announces a writer
-// (which stops new readers), takes the owner word, then waits for the
-// readers to leave. If ctx ends, it undoes exactly what it had done.
+// takeBack clears rank's sync word at off, whose value v (a rank+1 in the
+// owner word, 1 in a reader's word) says which rank holds it, if that rank
+// is gone. It reports whether it did (or another waiter did first).
+func (w *Window) takeBack(ctx context.Context, rank, off int, v uint64) bool {
+	holder := int(v - 1)
+	if off != syncOwner {
+		holder = (off - syncReaders(len(w.remote))) / 8
+	}
+	if holder < 0 || holder >= len(w.remote) || holder == w.g.Rank() || !w.gone(holder) {
+		return false
+	}
+	_, err := w.syncCAS(ctx, rank, off, v, 0)
+	return err == nil
+}
+
+// lockExclusive takes the exclusive lock on rank: it takes the owner word,
+// which stops new readers, then waits for the readers to leave. If ctx
+// ends, it undoes exactly what it had done.
 func (w *Window) lockExclusive(ctx context.Context, rank int) (err error) {
-	t := &w.remote[rank]
-	lock := t.syncAddr + syncLock
+	n := len(w.remote)
 	me := uint64(w.g.Rank() + 1)
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if _, err := w.syncAdd(ctx, rank, syncLock, 1<<32); err != nil {
-		return err
-	}
-	owned := false
-	defer func() {
-		if err != nil {
-			if owned {
-				w.undo(rank, syncOwner, -me)
-			}
-			w.undo(rank, syncLock, ^uint64(1<<32-1))
-		}
-	}()
 	for i := 0; ; i++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		old, err := w.syncCAS(ctx, rank, syncOwner, 0, me)
 		if err != nil {
 			return err
 		}
 		if old == 0 {
-			owned = true
 			break
+		}
+		if w.takeBack(ctx, rank, syncOwner, old) {
+			continue
 		}
 		if err := backoff(ctx, i); err != nil {
 			return err
 		}
 	}
-	for i := 0; ; i++ {
-		v, err := w.f.Read8(ctx, rank, lock, t.syncRKey)
+	defer func() {
 		if err != nil {
+			w.syncCAS(context.Background(), rank, syncOwner, me, 0)
+		}
+	}()
+	if cap(w.ep.readers) < 8*n {
+		w.ep.readers = make([]byte, 8*n)
+	}
+	readers := w.ep.readers[:8*n]
+	for i := 0; ; i++ {
+		if err := w.syncRead(ctx, rank, syncReaders(n), readers); err != nil {
 			return err
 		}
-		if uint32(v) == 0 {
+		busy := false
+		for r := range n {
+			if v := binary.NativeEndian.Uint64(readers[8*r:]); v != 0 && !w.takeBack(ctx, rank, syncReaders(n)+8*r, v) {
+				busy = true
+			}
+		}
+		if !busy {
 			return nil
 		}
 		if err := backoff(ctx, i); err != nil {
@@ -421,24 +477,23 @@ func (w *Window) lockExclusive(ctx context.Context, rank int) (err error) {
 }
 
 func (w *Window) unlockShared(ctx context.Context, rank int) error {
-	_, err := w.syncAdd(ctx, rank, syncLock, ^uint64(0))
+	_, err := w.syncAdd(ctx, rank, syncReaders(len(w.remote))+8*w.g.Rank(), ^uint64(0))
 	return err
 }
 
 func (w *Window) unlockExclusive(ctx context.Context, rank int) error {
 	me := uint64(w.g.Rank() + 1)
-	if _, err := w.syncCAS(ctx, rank, syncOwner, me, 0); err != nil {
-		return err
-	}
-	_, err := w.syncAdd(ctx, rank, syncLock, ^uint64(1<<32-1))
+	_, err := w.syncCAS(ctx, rank, syncOwner, me, 0)
 	return err
 }
 
 // Lock starts a passive-target access epoch to target (MPI_Win_lock). A
 // shared lock admits other shared lockers; an exclusive one none. The lock
 // is a reader-writer lock in target's memory driven by NIC atomics, so the
-// target's CPU takes no part; a waiting writer stops new readers, so a
-// stream of readers cannot starve it. With NoCheck no lock is taken. If ctx
+// target's CPU takes no part; a writer, once it is the one waiting for
+// the readers to leave, stops new readers, so a stream of readers cannot
+// starve it. A lock held by a rank that is lost is taken back (see the
+// package doc, "Cancellation and failures"). With NoCheck no lock is taken. If ctx
 // ends first, Lock returns its error and the lock is as if Lock had not
 // been called. Lock of ProcNull locks nothing: it opens an epoch for calls
 // to ProcNull (see ProcNull).
@@ -518,23 +573,30 @@ func (w *Window) Unlock(ctx context.Context, target int) error {
 	if target == w.g.Rank() {
 		w.syncLocal()
 	}
-	if err := w.flush(ctx, target); err != nil {
+	// A failed call of the epoch, or a lost target, ends it all the same;
+	// an ended context does not (call Unlock again).
+	err := w.flush(ctx, target)
+	if err != nil && ctx.Err() != nil {
 		return err
 	}
-	var err error
+	var uerr error
 	switch {
 	case bits&accNoCheck != 0: // nothing to release
 	case bits&accExclusive != 0:
-		err = w.unlockExclusive(ctx, target)
+		uerr = w.unlockExclusive(ctx, target)
 	default:
-		err = w.unlockShared(ctx, target)
+		uerr = w.unlockShared(ctx, target)
 	}
 	w.ep.access[target].Store(0)
+	if err == nil {
+		err = uerr
+	}
 	return err
 }
 
 // LockAll starts a shared passive-target access epoch to every rank
-// (MPI_Win_lock_all): a shared lock on each. The only assertion it takes
+// (MPI_Win_lock_all): a shared lock on each (each not lost: calls to a
+// lost rank fail with ErrPeerLost). The only assertion it takes
 // is NoCheck (no other process holds or will attempt a conflicting lock):
 // then no lock is taken. If ctx ends first, LockAll returns its error and
 // releases the locks it had taken.
@@ -558,9 +620,12 @@ func (w *Window) LockAll(ctx context.Context, asserts ...Assert) error {
 	}
 	if a&NoCheck == 0 {
 		for r := range w.remote {
+			if w.gone(r) {
+				continue // nothing to lock: calls to it fail with its error
+			}
 			if err := w.lockShared(ctx, r); err != nil {
 				for q := 0; q < r; q++ {
-					w.undo(q, syncLock, ^uint64(0))
+					w.unlockShared(context.Background(), q)
 				}
 				return err
 			}
@@ -587,13 +652,17 @@ func (w *Window) UnlockAll(ctx context.Context) error {
 		return fmt.Errorf("%w: UnlockAll without LockAll", ErrEpoch)
 	}
 	w.syncLocal()
-	if err := w.flushAll(ctx); err != nil {
-		return err
+	// As Unlock: an error ends the epoch, an ended context does not.
+	first := w.flushAll(ctx)
+	if first != nil && ctx.Err() != nil {
+		return first
 	}
-	var first error
 	for r := range w.remote {
 		if w.ep.noCheck {
 			break // no lock was taken
+		}
+		if w.gone(r) {
+			continue // its window is gone, and what it held with it
 		}
 		if err := w.unlockShared(ctx, r); err != nil && first == nil {
 			first = err
@@ -761,7 +830,7 @@ func (w *Window) Start(ctx context.Context, targets []int, a Assert) error {
 		return err
 	}
 	for _, t := range targets {
-		if err := w.waitWord(ctx, syncPosted+8*t, w.ep.started[t]+1); err != nil {
+		if err := w.waitWord(ctx, t, syncPosted+8*t, w.ep.started[t]+1); err != nil {
 			return err
 		}
 	}
@@ -789,25 +858,29 @@ func (w *Window) Complete(ctx context.Context) error {
 	if w.ep.startGroup == nil {
 		return fmt.Errorf("%w: Complete without Start", ErrEpoch)
 	}
+	// As Unlock: an error ends the epoch (every target that can be told
+	// is), an ended context does not (call Complete again).
 	me := w.g.Rank()
+	var first error
 	for _, t := range w.ep.startGroup {
 		if err := w.flush(ctx, t); err != nil {
-			return err
+			if ctx.Err() != nil {
+				return err
+			}
+			if first == nil {
+				first = err
+			}
 		}
 	}
-	// Each target is told once: a Complete retried after an error does not
-	// tell again the targets already told.
-	for len(w.ep.startGroup) > 0 {
-		t := w.ep.startGroup[0]
-		if _, err := w.syncAdd(ctx, t, syncCompleted(len(w.remote))+8*me, 1); err != nil {
-			return err
+	for _, t := range w.ep.startGroup {
+		if _, err := w.syncAdd(ctx, t, syncCompleted(len(w.remote))+8*me, 1); err != nil && first == nil {
+			first = err
 		}
 		w.ep.access[t].Store(0)
-		w.ep.startGroup = w.ep.startGroup[1:]
 	}
 	w.ep.startGroup = nil
 	w.ep.startOpen.Store(false)
-	return nil
+	return first
 }
 
 // Wait ends the exposure epoch started by Post (MPI_Win_wait): it waits
@@ -824,14 +897,22 @@ func (w *Window) Wait(ctx context.Context) error {
 	if w.ep.exposeGroup == nil {
 		return fmt.Errorf("%w: Wait without Post", ErrEpoch)
 	}
+	// An origin gone before its Complete ends the epoch with its error
+	// (once the others have completed); an ended context does not.
 	n := len(w.remote)
+	var first error
 	for _, o := range w.ep.exposeGroup {
-		if err := w.waitWord(ctx, syncCompleted(n)+8*o, w.ep.waited[o]+1); err != nil {
-			return err
+		if err := w.waitWord(ctx, o, syncCompleted(n)+8*o, w.ep.waited[o]+1); err != nil {
+			if ctx.Err() != nil {
+				return err
+			}
+			if first == nil {
+				first = err
+			}
 		}
 	}
 	w.endExposure()
-	return nil
+	return first
 }
 
 // Test is Wait without waiting (MPI_Win_test): it reports whether the
@@ -877,11 +958,18 @@ func (w *Window) checkGroup(ranks []int) error {
 	return nil
 }
 
-// waitWord waits until this rank's sync word at off reaches want; peers
-// raise it with NIC atomics.
-func (w *Window) waitWord(ctx context.Context, off int, want uint64) error {
+// waitWord waits until this rank's sync word at off reaches want; rank
+// raises it with NIC atomics. If rank is gone first, it fails with rank's
+// error.
+func (w *Window) waitWord(ctx context.Context, rank, off int, want uint64) error {
 	p := w.syncWord(off)
 	for i := 0; atomic.LoadUint64(p) < want; i++ {
+		if err := w.f.PeerErr(rank); err != nil {
+			if atomic.LoadUint64(p) >= want {
+				break
+			}
+			return err
+		}
 		if err := backoff(ctx, i); err != nil {
 			return err
 		}

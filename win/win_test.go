@@ -90,8 +90,9 @@ func TestFlavorString(t *testing.T) {
 // The sync page's parts must not overlap, for any group size.
 func TestSyncLayout(t *testing.T) {
 	for _, n := range []int{1, 2, 7, 64, 1000} {
-		if syncCompleted(n) < syncPosted+8*n || syncTable(n) < syncCompleted(n)+8*n {
-			t.Errorf("size %d: counters overlap", n)
+		if syncCompleted(n) < syncPosted+8*n || syncFences(n) < syncCompleted(n)+8*n ||
+			syncReaders(n) < syncFences(n)+8*n || syncTable(n) < syncReaders(n)+8*n {
+			t.Errorf("size %d: per-rank words overlap", n)
 		}
 		if syncSize(n) < syncTable(n)+regionHead || syncSize(n)%4096 != 0 {
 			t.Errorf("size %d: page of %d bytes too small or not whole pages", n, syncSize(n))
@@ -108,3 +109,4 @@ func TestAddress(t *testing.T) {
 		t.Fatal("Address does not follow the slice")
 	}
 }
+

@@ -507,6 +507,30 @@ func (f *Fabric) onReply(rank int, c *conn, credit int, reply []byte) {
 	}
 }
 
+// failCredits fails every request to rank, gone with err, that awaits its
+// reply: Handlers.Fail is told, and the credit released. It returns how
+// many it failed.
+func (f *Fabric) failCredits(rank int, err error) int {
+	m := &f.m
+	m.recvMu.Lock()
+	defer m.recvMu.Unlock()
+	mp := &m.peers[rank]
+	n := 0
+	for i := range mp.credits {
+		cr := &mp.credits[i]
+		if !cr.state.CompareAndSwap(slotBusy, slotFree) {
+			continue
+		}
+		cr.conn = nil
+		if m.h.Fail != nil {
+			m.h.Fail(rank, i, err)
+		}
+		f.putCredit(rank, i)
+		n++
+	}
+	return n
+}
+
 // releaseCredit frees a credit taken by Acquire and not sent.
 func (f *Fabric) releaseCredit(rank, c int) {
 	f.m.peers[rank].credits[c].state.Store(slotFree)
@@ -679,6 +703,12 @@ func (f *Fabric) progressMsg(ctx context.Context, rank int, done func() bool) er
 			return err
 		}
 		if err := f.peerErr(rank); err != nil {
+			// Rank is gone: its requests in flight get no reply. Fail
+			// them (their callers learn why), then see whether that
+			// was what done waited for.
+			if f.failCredits(rank, err) > 0 {
+				continue
+			}
 			return err
 		}
 		if m.recvMu.TryLock() {
