@@ -24,7 +24,7 @@ func FetchAndOp[T datatype.Scalar](ctx context.Context, w *Window, v T, target, 
 	n := int(unsafe.Sizeof(v))
 	*(*T)(unsafe.Pointer(&s[0])) = v
 	err := w.FetchAndOp(ctx, s[0][:n], s[1][:n], datatype.Of[T](), target, disp, o)
-	old := *(*T)(unsafe.Pointer(&s[1]))
+	old := result[T](s[1][:n], err)
 	scratchPool.Put(s)
 	return old, err
 }
@@ -37,9 +37,23 @@ func CompareAndSwap[T datatype.Scalar](ctx context.Context, w *Window, compare, 
 	*(*T)(unsafe.Pointer(&s[0])) = swap
 	*(*T)(unsafe.Pointer(&s[1])) = compare
 	err := w.CompareAndSwap(ctx, s[0][:n], s[1][:n], s[2][:n], datatype.Of[T](), target, disp)
-	old := *(*T)(unsafe.Pointer(&s[2]))
+	old := result[T](s[2][:n], err)
 	scratchPool.Put(s)
 	return old, err
+}
+
+// result is the value a typed call returns: the T in b (a bool byte other
+// than 0 and 1 reads as true), or T's zero value if the call failed (b
+// then holds whatever an earlier call left in the scratch buffer).
+func result[T datatype.Scalar](b []byte, err error) T {
+	var v T
+	if err == nil {
+		if datatype.Of[T]() == datatype.Bool && b[0] > 1 {
+			b[0] = 1
+		}
+		v = *(*T)(unsafe.Pointer(&b[0]))
+	}
+	return v
 }
 
 // PutSlice is Window.Put on Go values: it writes the elements of origin to
