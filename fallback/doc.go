@@ -121,7 +121,9 @@
 // op.ApplyFetch). Since step 6 (or 7) bounds the number of elements by the
 // message (or reply) size before any walk of the datatype, a hostile
 // datatype costs O(message size) time and memory. Every refusal is counted
-// ([Target.Rejected]) and the target goes on serving other requests.
+// ([Target.Rejected]) and the target goes on serving other requests. A
+// user-defined op that panics while it is applied (after every check) is
+// refused with StatusOpFailed: the elements it had updated stay updated.
 //
 // # Concurrency and atomicity
 //
@@ -150,6 +152,7 @@
 // ([ErrVersion], [ErrUnknownWindow], [ErrUnknownOp], op.ErrOpDatatype,
 // op.ErrOpUse, [ErrBadLayout] (and datatype.ErrOverlap for an overlap),
 // [ErrOutOfWindow] (and datatype.ErrOutOfRange), [ErrLength],
-// [ErrTooLarge], [ErrMalformed]) and, when the target refused the request,
+// [ErrTooLarge], [ErrMalformed], [ErrOpFailed] (and op.ErrInvalid)) and,
+// when the target refused the request,
 // [ErrRemoteRejected]. Test with errors.Is.
 package fallback

@@ -47,11 +47,14 @@ var (
 	// inconsistent lengths, unknown kind, non-zero reserved bytes)
 	// (StatusMalformed).
 	ErrMalformed = errors.New("fallback: malformed message")
+	// ErrOpFailed: a user-defined op failed (panicked) as the target
+	// applied it (StatusOpFailed, which also wraps op.ErrInvalid).
+	ErrOpFailed = errors.New("fallback: user-defined op failed at the target")
 )
 
 // Status is the outcome of a request, carried in its reply: [StatusOK] or
 // the reason the target refused it. A refused request has not modified the
-// window.
+// window, except one refused with StatusOpFailed.
 type Status uint8
 
 // The statuses. Their values are part of the wire format.
@@ -89,6 +92,10 @@ const (
 	StatusTooLarge
 	// StatusMalformed: not a well-formed message.
 	StatusMalformed
+	// StatusOpFailed: a user-defined op failed (panicked) as the target
+	// applied it; unlike the other refusals, the elements it had updated
+	// before stay updated.
+	StatusOpFailed
 
 	numStatus
 )
@@ -113,6 +120,7 @@ var statusInfos = [numStatus]statusInfo{
 	StatusLength:        {"Length", "data length mismatch", ErrLength, nil},
 	StatusTooLarge:      {"TooLarge", "too large", ErrTooLarge, nil},
 	StatusMalformed:     {"Malformed", "malformed message", ErrMalformed, nil},
+	StatusOpFailed:      {"OpFailed", "user-defined op failed", ErrOpFailed, op.ErrInvalid},
 }
 
 // Valid reports whether s is a status this version knows.
@@ -209,6 +217,8 @@ func statusOf(err error) Status {
 	case errors.Is(err, datatype.ErrInvalid):
 		// Count instances whose bounds overflow: no window can hold them.
 		return StatusOutOfWindow
+	case errors.Is(err, op.ErrInvalid):
+		return StatusOpFailed // a user-defined op that panicked
 	}
 	return StatusMalformed
 }

@@ -759,3 +759,25 @@ func TestHandleTypeCache(t *testing.T) {
 		t.Fatal("zero additions changed the window")
 	}
 }
+
+// A user-defined op that panics at the target is refused with StatusOpFailed,
+// whose error wraps op.ErrInvalid (as op's doc says of a panic), and the
+// target keeps serving.
+func TestHandleUserOpPanic(t *testing.T) {
+	boom, err := op.Register("fallback-test-boom", func(in, inout []float64) { panic("boom") }, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer op.Free(boom)
+	tg, w := newTestTarget(4)
+	var r Reply
+	if err := DecodeReply(tg.Handle(raw(KindAccumulate, boom, datatype.Float64, testWin, 42, 1, 8, nil, f64s(1)), make([]byte, 0, 1024)), &r); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Err(); r.Status != StatusOpFailed || !errors.Is(err, op.ErrInvalid) || !errors.Is(err, ErrOpFailed) || !errors.Is(err, ErrRemoteRejected) {
+		t.Fatalf("panicking op: status %v, %v; want OpFailed wrapping op.ErrInvalid", r.Status, err)
+	}
+	if err := DecodeReply(tg.Handle(goodSum(43), make([]byte, 0, 64)), &r); err != nil || r.Status != StatusOK || w[1] != 102 {
+		t.Fatalf("after the panic: %v, %v, window %v", err, r.Status, w)
+	}
+}

@@ -253,10 +253,10 @@ func TestStatusErrors(t *testing.T) {
 			t.Errorf("%v: %#v", s, err)
 		}
 	}
-	if !errors.Is(StatusOpDatatype.Err(), op.ErrOpDatatype) || !errors.Is(StatusOpUse.Err(), op.ErrOpUse) {
+	if !errors.Is(StatusOpDatatype.Err(), op.ErrOpDatatype) || !errors.Is(StatusOpUse.Err(), op.ErrOpUse) || !errors.Is(StatusOpFailed.Err(), op.ErrInvalid) {
 		t.Error("op sentinels")
 	}
-	if numStatus.String() != "Status(12)" || numStatus.Valid() {
+	if numStatus.String() != "Status(13)" || numStatus.Valid() {
 		t.Error("invalid status")
 	}
 	local := newError(StatusLength, "3 bytes")
