@@ -23,8 +23,11 @@
 // of the connections.
 //
 // Errors: ErrAuth (secret missing or rejected), ErrRankTaken, ErrConfig,
-// and the verbs errors (verbs.ErrNoDevice, verbs.ErrNotSupported) when the
-// RDMA device cannot be used. Join checks, before it opens the device,
+// ErrPeerLost (a member lost: collectives, Split included, fail with it at
+// once if one is known lost and as soon as one is found lost while they
+// run, a subgroup's when one of its ranks is), and the verbs errors
+// (verbs.ErrNoDevice, verbs.ErrNotSupported) when the RDMA device cannot
+// be used. Join checks, before it opens the device,
 // that the process may open the device's file read-write and that its
 // locked-memory limit holds what the group registers; if not, it fails
 // with a *verbs.LimitError (verbs.ErrResourceLimit) that names the limit,

@@ -28,6 +28,12 @@ var (
 	ErrConfig = bootstrap.ErrConfig
 )
 
+// ErrPeerLost: a member is lost (its process or its host died, or it
+// closed the group during a collective). Collectives (Barrier, AllGather,
+// Split, window creation and Free) and calls to the member fail with an
+// error matching it: verbs.ErrPeerLost, the same as win.ErrPeerLost.
+var ErrPeerLost = verbs.ErrPeerLost
+
 // Options say who this process is and which RDMA device to use.
 type Options struct {
 	// Rank, Size, Addr (host:port of rank 0) and Secret as in the bootstrap;
@@ -151,6 +157,9 @@ type Group struct {
 	client   *fallback.Client // our accumulates in flight
 	windows  atomic.Uint32    // window ids handed out, in creation order
 	live     *liveness
+	// loss tells the collectives which members are lost: the fabric (a
+	// stand-in in unit tests).
+	loss lossSource
 
 	secret []byte   // the bootstrap's, from which subgroups derive theirs
 	splits *serials // subgroup serial numbers taken by this process
@@ -189,7 +198,7 @@ func Join(ctx context.Context, o Options) (*Group, error) {
 		boot.Close()
 		return nil, fmt.Errorf("group: rank %d: %w", o.Rank, err)
 	}
-	g := &Group{boot: boot, fab: fab, target: fallback.NewTarget(), client: fallback.NewClient(o.Size, fab.Credits()),
+	g := &Group{boot: boot, fab: fab, loss: fab, target: fallback.NewTarget(), client: fallback.NewClient(o.Size, fab.Credits()),
 		secret: o.Secret, splits: new(serials)}
 	fab.StartMessaging(fabric.Handlers{
 		Request: func(_ int, req, reply []byte) []byte { return g.target.Handle(req, reply) },
@@ -305,59 +314,115 @@ func (g *Group) AllGather(ctx context.Context, mine []byte) ([][]byte, error) {
 	return all, nil
 }
 
-// overTCP runs a collective over the bootstrap connections so that a dead
-// member fails it with ErrPeerLost as every other call to it does: at once
-// if a member is known lost, as soon as the RDMA connections or the
-// liveness connections find one lost (a dead host closes no TCP
-// connection), and when a member's bootstrap connection closes because its
-// process died.
+// overTCP runs a collective over g's bootstrap connections so that a dead
+// member fails it with ErrPeerLost as every other call to it does (see
+// overTCPAmong).
 func (g *Group) overTCP(ctx context.Context, call func(context.Context) error) error {
-	if err := g.lostMember(); err != nil {
+	return g.overTCPAmong(ctx, g.world, g.Size(), call)
+}
+
+// lossSource tells of lost peers: *fabric.Fabric.
+type lossSource interface {
+	// PeerErr is the error of calls to a fabric rank known lost, or nil.
+	PeerErr(rank int) error
+	// Losses is closed at the next loss after the call.
+	Losses() <-chan struct{}
+	PeerTimeout() time.Duration
+}
+
+// overTCPAmong runs call, a collective over TCP among the n ranks that
+// world maps to ranks of the fabric (nil: ranks 0 to n-1), so that a dead
+// one fails it with ErrPeerLost: at once if one is known lost; as soon as
+// the RDMA connections or the liveness connections find one lost (a dead
+// host closes no TCP connection), at every loss and not only the first;
+// and when a member's TCP connection closes because its process died.
+func (g *Group) overTCPAmong(ctx context.Context, world []int, n int, call func(context.Context) error) error {
+	if err := lostAmong(g.loss, world, n, true); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stop := context.AfterFunc(g.fab.Lost(), func() {
-		for r := range g.Size() {
-			if err := g.fab.PeerErr(g.FabricRank(r)); err != nil && !errors.Is(err, fabric.ErrPeerLeft) {
+	// The watcher checks the members at each loss until call returns. A
+	// member that left (closed the group) does not fail a collective in
+	// progress: it may have left it done while others finish it.
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		for {
+			next := g.loss.Losses()
+			if err := lostAmong(g.loss, world, n, false); err != nil {
 				cancel(err)
 				return
 			}
+			select {
+			case <-next:
+			case <-ctx.Done():
+				return
+			}
 		}
-	})
-	defer stop()
+	}()
 	err := call(ctx)
+	cause := context.Cause(ctx)
+	cancel(nil)
+	<-exited
 	if err == nil {
 		return nil
 	}
-	if cause := context.Cause(ctx); errors.Is(cause, verbs.ErrPeerLost) {
+	if errors.Is(cause, verbs.ErrPeerLost) {
 		return cause
 	}
 	if errors.Is(err, bootstrap.ErrClosed) {
 		// A member's process that died closed its connections: the
 		// liveness connection tells it apart from a call abandoned
 		// earlier, within a peer timeout.
-		t := time.NewTimer(g.fab.PeerTimeout())
-		defer t.Stop()
-		select {
-		case <-g.fab.Lost().Done():
-		case <-t.C:
-		}
-		if lerr := g.lostMember(); lerr != nil {
+		if lerr := awaitLoss(g.loss, world, n, g.loss.PeerTimeout()); lerr != nil {
 			return lerr
 		}
 	}
 	return err
 }
 
-// lostMember is the error of calls to a member of g known to be lost, or nil.
-func (g *Group) lostMember() error {
-	for r := range g.Size() {
-		if err := g.fab.PeerErr(g.FabricRank(r)); err != nil {
+// awaitLoss waits, at most d, until one of the n ranks world maps to the
+// fabric's (nil: ranks 0 to n-1) is known lost, and returns its error; nil
+// if none is by then.
+func awaitLoss(src lossSource, world []int, n int, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		next := src.Losses()
+		if err := lostAmong(src, world, n, true); err != nil {
 			return err
 		}
+		select {
+		case <-next:
+		case <-t.C:
+			return nil
+		}
 	}
-	return nil
+}
+
+// lostAmong is the error of calls to one of the n ranks world maps to the
+// fabric's (nil: ranks 0 to n-1) known to be lost, or nil. One that left
+// (fabric.ErrPeerLeft) counts only if left is true, and after one that
+// died: the error names the cause of the failure, not a rank that
+// finished and closed the group since.
+func lostAmong(src lossSource, world []int, n int, left bool) error {
+	var gone error
+	for r := range n {
+		fr := r
+		if world != nil {
+			fr = world[r]
+		}
+		if err := src.PeerErr(fr); err != nil {
+			if !errors.Is(err, fabric.ErrPeerLeft) {
+				return err
+			}
+			if left && gone == nil {
+				gone = err
+			}
+		}
+	}
+	return gone
 }
 
 // Path is the device, port, GID and MTU the group's RDMA connections use.

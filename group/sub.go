@@ -37,6 +37,11 @@ const windowBits = 20
 // on it are windows of its ranks only, and its collective calls (Barrier,
 // AllGather, window creation and Free) involve its ranks only. Close it
 // before g.
+//
+// As g's other collectives, Split fails with an error matching
+// verbs.ErrPeerLost (ErrPeerLost) at once if a rank of g is known lost, and
+// as soon as one is found lost while it runs (one of the subgroup's, once
+// the subgroups are being formed).
 func (g *Group) Split(ctx context.Context, color, key int) (*Group, error) {
 	if color < 0 && color != Undefined {
 		return nil, fmt.Errorf("group: %w: color %d (colors are >= 0, or Undefined)", ErrConfig, color)
@@ -47,7 +52,7 @@ func (g *Group) Split(ctx context.Context, color, key int) (*Group, error) {
 	binary.LittleEndian.PutUint64(mine[0:], uint64(int64(color)))
 	binary.LittleEndian.PutUint64(mine[8:], uint64(int64(key)))
 	binary.LittleEndian.PutUint64(mine[16:], uint64(g.splits.propose(1)))
-	all, err := g.boot.AllGather(ctx, mine[:])
+	all, err := g.allGather(ctx, mine[:])
 	if err != nil {
 		return nil, fmt.Errorf("group: split: %w", err)
 	}
@@ -90,29 +95,46 @@ func (g *Group) Split(ctx context.Context, color, key int) (*Group, error) {
 		defer l.Close()
 		addr = []byte(l.Addr())
 	}
-	addrs, err := g.boot.AllGather(ctx, addr)
+	addrs, err := g.allGather(ctx, addr)
 	if err != nil {
 		return nil, fmt.Errorf("group: split: %w", err)
 	}
 	if sub < 0 {
 		return nil, nil
 	}
+	// Its members only form the subgroup: the loss of one of them fails
+	// it, on its members.
 	var boot *bootstrap.Conn
-	switch {
-	case len(members) == 1:
-		boot, err = bootstrap.Join(ctx, cfg)
-	case l != nil:
-		boot, err = l.Accept(ctx)
-	default:
-		cfg.Addr = string(addrs[members[0].rank])
-		boot, err = bootstrap.Join(ctx, cfg)
-	}
+	err = g.overTCPAmong(ctx, world, len(world), func(ctx context.Context) (err error) {
+		switch {
+		case len(members) == 1:
+			boot, err = bootstrap.Join(ctx, cfg)
+		case l != nil:
+			boot, err = l.Accept(ctx)
+		default:
+			cfg.Addr = string(addrs[members[0].rank])
+			boot, err = bootstrap.Join(ctx, cfg)
+		}
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("group: split: forming the subgroup of color %d: %w", color, err)
 	}
-	s := &Group{boot: boot, fab: g.fab, probeErr: g.probeErr, target: g.target, client: g.client,
+	s := &Group{boot: boot, fab: g.fab, loss: g.loss, probeErr: g.probeErr, target: g.target, client: g.client,
 		parent: g, world: world, secret: g.secret, splits: g.splits, serial: serial}
 	return s, nil
+}
+
+// allGather is the bootstrap's AllGather over g's ranks, failed by a lost
+// member as every collective of g is (overTCP); unlike AllGather, it does
+// not synchronise with the engine.
+func (g *Group) allGather(ctx context.Context, mine []byte) ([][]byte, error) {
+	var all [][]byte
+	err := g.overTCP(ctx, func(ctx context.Context) (err error) {
+		all, err = g.boot.AllGather(ctx, mine)
+		return err
+	})
+	return all, err
 }
 
 // serials are the subgroup serial numbers a process has taken: every group
@@ -177,7 +199,7 @@ func (g *Group) agreeSerial(ctx context.Context, proposals []uint64) (uint32, er
 			mine[0] = 1
 		}
 		binary.LittleEndian.PutUint64(mine[1:], g.splits.propose(cand+1+uint64(rand.IntN(8))))
-		all, err := g.boot.AllGather(ctx, mine[:])
+		all, err := g.allGather(ctx, mine[:])
 		if err != nil {
 			if took {
 				g.splits.give(cand)

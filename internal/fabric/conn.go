@@ -234,6 +234,7 @@ func (f *Fabric) setLost(rank int, cause error) {
 		if !errors.Is(cause, ErrPeerLeft) {
 			f.lostCancel(err)
 		}
+		f.mgr.losses.fire()
 		f.kick()
 	}
 }
@@ -241,6 +242,39 @@ func (f *Fabric) setLost(rank int, cause error) {
 // Lost is done once some peer has been lost other than by leaving
 // (ErrPeerLeft); context.Cause gives the error of the first.
 func (f *Fabric) Lost() context.Context { return f.lostCtx }
+
+// Losses returns a channel that is closed at the next loss of a peer after
+// the call (one that left, ErrPeerLeft, too): at every loss, not only the
+// first as Lost. A caller that takes it, then checks the peers it cares
+// about (PeerErr), then waits on it, misses none: a loss before the check
+// is seen by the check (PeerErr reports a peer before its loss is
+// announced), and one after closes the channel.
+func (f *Fabric) Losses() <-chan struct{} { return f.mgr.losses.next() }
+
+// lossNotice is a broadcast at each loss: the channel of the next one,
+// made when somebody first waits for it and closed (and dropped) at it.
+// It takes no lock, as setLost may not.
+type lossNotice struct {
+	ch atomic.Pointer[chan struct{}]
+}
+
+func (n *lossNotice) next() <-chan struct{} {
+	for {
+		if p := n.ch.Load(); p != nil {
+			return *p
+		}
+		c := make(chan struct{})
+		if n.ch.CompareAndSwap(nil, &c) {
+			return c
+		}
+	}
+}
+
+func (n *lossNotice) fire() {
+	if p := n.ch.Swap(nil); p != nil {
+		close(*p)
+	}
+}
 
 // MarkLost records that rank is gone (its process died): calls to it fail
 // with ErrPeerLost from now on, including those in flight. Its QP is moved
@@ -320,6 +354,8 @@ type manager struct {
 	sig   Signaller
 	inbox []signalMsg
 	spare []signalMsg
+
+	losses lossNotice // see Losses
 }
 
 type signalMsg struct {
