@@ -3,6 +3,7 @@ package win
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync/atomic"
@@ -350,8 +351,9 @@ func (w *Window) syncRead(ctx context.Context, rank, off int, dst []byte) error 
 }
 
 // gone reports whether window rank r is lost or has closed the group: what
-// it held of a lock is taken back by those who wait for it.
-func (w *Window) gone(r int) bool { return w.f.PeerErr(r) != nil }
+// it held of a lock is taken back by those who wait for it. (Once this
+// rank's own group is closed, every peer reads as closed, not as gone.)
+func (w *Window) gone(r int) bool { return errors.Is(w.f.PeerErr(r), ErrPeerLost) }
 
 // The lock on a rank's window is a reader-writer lock of NIC atomics in
 // its sync page, in words that each belong to one rank: a reader sets its
