@@ -327,7 +327,31 @@ func workCancelFree(ctx context.Context, g *group.Group) error {
 		l.is("RAccumulate with an ended context", rerr, context.Canceled)
 	}
 	l.ok("Flush", w.Flush(ctx, peer))
+	// The epoch calls with an ended context do nothing either: the epoch
+	// stays open (a Put in it works), and none opens.
+	l.is("UnlockAll with an ended context", w.UnlockAll(ended), context.Canceled)
+	l.ok("Put after it", w.Put(ctx, make([]byte, 8), me, 5))
 	l.ok("UnlockAll", w.UnlockAll(ctx))
+	l.is("LockAll(NoCheck) with an ended context", w.LockAll(ended, win.NoCheck), context.Canceled)
+	l.is("Lock(NoCheck) with an ended context", w.Lock(ended, win.LockExclusive, peer, win.NoCheck), context.Canceled)
+	l.is("Put after them", w.Put(ctx, make([]byte, 8), me, 5), win.ErrEpoch)
+	l.ok("Lock", w.Lock(ctx, win.LockShared, peer, 0))
+	l.is("Unlock with an ended context", w.Unlock(ended, peer), context.Canceled)
+	l.ok("Unlock", w.Unlock(ctx, peer))
+	l.ok("Post", w.Post(ctx, []int{peer}, 0))
+	if err := g.Barrier(ctx); err != nil { // the peer's Post has come
+		return err
+	}
+	l.is("Start with an ended context (its Post already there)", w.Start(ended, []int{peer}, 0), context.Canceled)
+	l.ok("Start", w.Start(ctx, []int{peer}, 0))
+	l.is("Complete with an ended context", w.Complete(ended), context.Canceled)
+	l.ok("Complete", w.Complete(ctx))
+	if err := g.Barrier(ctx); err != nil { // the peer's Complete has come
+		return err
+	}
+	l.is("Wait with an ended context (its Complete already there)", w.Wait(ended), context.Canceled)
+	l.ok("Wait", w.Wait(ctx))
+	l.is("Fence with an ended context", w.Fence(ended, 0), context.Canceled)
 	if err := g.Barrier(ctx); err != nil {
 		return err
 	}

@@ -292,8 +292,13 @@ func (w *Window) barrier(ctx context.Context) error {
 // lockMu takes w.mu, which the epoch calls hold while they wait (a Lock
 // for a lock held elsewhere, a Start for its Posts), unless ctx ends first:
 // a call made meanwhile from another goroutine (a misuse of the window,
-// but not a reason to ignore its context) waits at most that long.
+// but not a reason to ignore its context) waits at most that long. Every
+// epoch call begins with it, so that one whose context has ended already
+// does nothing.
 func (w *Window) lockMu(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	for i := 0; !w.mu.TryLock(); i++ {
 		if err := backoff(ctx, i); err != nil {
 			return err
@@ -626,6 +631,9 @@ func (w *Window) LockAll(ctx context.Context, asserts ...Assert) error {
 				continue // nothing to lock: calls to it fail with its error
 			}
 			if err := w.lockShared(ctx, r); err != nil {
+				if w.gone(r) && ctx.Err() == nil {
+					continue // lost meanwhile
+				}
 				for q := 0; q < r; q++ {
 					w.unlockShared(context.Background(), q)
 				}
@@ -695,7 +703,8 @@ func (e *epochs) openForFree(ctx context.Context, w *Window) error {
 
 // releaseAll ends whatever epochs are open, for Free.
 func (e *epochs) releaseAll(ctx context.Context, w *Window) error {
-	if err := w.lockMu(ctx); err != nil {
+	// Free may get here with its context ended: then only if w.mu is free.
+	if err := w.lockMu(ctx); err != nil && !w.mu.TryLock() {
 		return err
 	}
 	defer w.mu.Unlock()
