@@ -204,21 +204,7 @@ func workDeathEpochs(ctx context.Context, g *group.Group) error {
 
 func TestDeathEpochs(t *testing.T) {
 	l := newLaunch(t, "deathepochs", 3, "RMA_PEER_TIMEOUT="+peerTimeout.String())
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	procs := make([]*proc, 3)
-	for r := range procs {
-		procs[r] = l.start(ctx, r, l.secret)
-	}
-	if err := waitFile(ctx, l.file("ready")); err != nil {
-		t.Fatalf("rank 2 never got ready: %v", err)
-	}
-	if err := procs[2].cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	procs[2].cmd.Wait()
-	os.WriteFile(l.file("killed"), nil, 0o644)
-	for _, out := range l.wait(procs[:2]) {
+	for _, out := range runKillLast(t, l, 3, 4*time.Minute) {
 		value(t, out, "survivors")
 	}
 }

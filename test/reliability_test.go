@@ -141,24 +141,31 @@ func workPeerDeath(ctx context.Context, g *group.Group) error {
 	return nil
 }
 
-func TestPeerDeath(t *testing.T) {
-	l := newLaunch(t, "peerdeath", 4, "RMA_PEER_TIMEOUT="+peerTimeout.String())
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+// runKillLast starts the size ranks of l's worker, kills the last once it
+// has written the file "ready", writes the file "killed" for the others,
+// and returns their outputs once they have ended (failing the test if any
+// failed).
+func runKillLast(t *testing.T, l *launch, size int, timeout time.Duration) []string {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	procs := make([]*proc, 4)
+	procs := make([]*proc, size)
 	for r := range procs {
 		procs[r] = l.start(ctx, r, l.secret)
 	}
 	if err := waitFile(ctx, l.file("ready")); err != nil {
-		t.Fatalf("rank 3 never got ready: %v", err)
+		t.Fatalf("rank %d never got ready: %v", size-1, err)
 	}
-	if err := procs[3].cmd.Process.Kill(); err != nil {
+	if err := procs[size-1].cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	procs[3].cmd.Wait()
+	procs[size-1].cmd.Wait()
 	os.WriteFile(l.file("killed"), nil, 0o644)
-	outs := l.wait(procs[:3])
-	for r, out := range outs {
+	return l.wait(procs[:size-1])
+}
+
+func TestPeerDeath(t *testing.T) {
+	l := newLaunch(t, "peerdeath", 4, "RMA_PEER_TIMEOUT="+peerTimeout.String())
+	for r, out := range runKillLast(t, l, 4, 3*time.Minute) {
 		value(t, out, "survivors")
 		t.Logf("rank %d found the loss in %s ms (peer timeout %v); %s", r, value(t, out, "detected_ms"), peerTimeout,
 			strings.TrimSpace(out[strings.Index(out, "free returned"):]))
