@@ -204,7 +204,7 @@ func workDeathEpochs(ctx context.Context, g *group.Group) error {
 
 func TestDeathEpochs(t *testing.T) {
 	l := newLaunch(t, "deathepochs", 3, "RMA_PEER_TIMEOUT="+peerTimeout.String())
-	for _, out := range runKillLast(t, l, 3, 4*time.Minute) {
+	for _, out := range runKillLast(t, l, 4*time.Minute) {
 		value(t, out, "survivors")
 	}
 }

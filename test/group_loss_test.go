@@ -79,10 +79,7 @@ func TestGroupLossSplit(t *testing.T) {
 	l := newLaunch(t, "glsplit", 3, "RMA_PEER_TIMEOUT="+peerTimeout.String())
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	procs := make([]*proc, 3)
-	for r := range procs {
-		procs[r] = l.start(ctx, r, l.secret)
-	}
+	procs := l.startAll(ctx)
 	victimExit(t, procs[2])
 	outs := l.wait(procs[:2])
 	for r, out := range outs {
@@ -209,10 +206,7 @@ func TestGroupLossSubgroup(t *testing.T) {
 			}
 		}
 	})
-	procs := make([]*proc, 4)
-	for r := range procs {
-		procs[r] = l.start(ctx, r, l.secret)
-	}
+	procs := l.startAll(ctx)
 	victimExit(t, procs[3])
 	victimExit(t, procs[2])
 	outs := l.wait(procs[:2])

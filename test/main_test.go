@@ -129,11 +129,16 @@ func (l *launch) start(ctx context.Context, rank int, secret string, extra ...st
 func (l *launch) run(timeout time.Duration) []string {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	return l.wait(l.startAll(ctx))
+}
+
+// startAll starts every rank.
+func (l *launch) startAll(ctx context.Context) []*proc {
 	procs := make([]*proc, l.size)
 	for r := range procs {
 		procs[r] = l.start(ctx, r, l.secret)
 	}
-	return l.wait(procs)
+	return procs
 }
 
 func (l *launch) wait(procs []*proc) []string {

@@ -141,17 +141,15 @@ func workPeerDeath(ctx context.Context, g *group.Group) error {
 	return nil
 }
 
-// runKillLast starts the size ranks of l's worker, kills the last once it
+// runKillLast starts the ranks of l's worker, kills the last once it
 // has written the file "ready", writes the file "killed" for the others,
 // and returns their outputs once they have ended (failing the test if any
 // failed).
-func runKillLast(t *testing.T, l *launch, size int, timeout time.Duration) []string {
+func runKillLast(t *testing.T, l *launch, timeout time.Duration) []string {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	procs := make([]*proc, size)
-	for r := range procs {
-		procs[r] = l.start(ctx, r, l.secret)
-	}
+	procs := l.startAll(ctx)
+	size := len(procs)
 	if err := waitFile(ctx, l.file("ready")); err != nil {
 		t.Fatalf("rank %d never got ready: %v", size-1, err)
 	}
@@ -165,7 +163,7 @@ func runKillLast(t *testing.T, l *launch, size int, timeout time.Duration) []str
 
 func TestPeerDeath(t *testing.T) {
 	l := newLaunch(t, "peerdeath", 4, "RMA_PEER_TIMEOUT="+peerTimeout.String())
-	for r, out := range runKillLast(t, l, 4, 3*time.Minute) {
+	for r, out := range runKillLast(t, l, 3*time.Minute) {
 		value(t, out, "survivors")
 		t.Logf("rank %d found the loss in %s ms (peer timeout %v); %s", r, value(t, out, "detected_ms"), peerTimeout,
 			strings.TrimSpace(out[strings.Index(out, "free returned"):]))

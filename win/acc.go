@@ -126,6 +126,11 @@ func (w *Window) resolve(ctx context.Context, t *Region, writes bool) (dest, err
 	if err := w.checkEpoch(ctx, t.Rank); err != nil {
 		return dest{}, err
 	}
+	return w.place(ctx, t, writes)
+}
+
+// place is resolve once the epoch has been checked.
+func (w *Window) place(ctx context.Context, t *Region, writes bool) (dest, error) {
 	reg, off, err := w.locateLayout(ctx, t)
 	if err != nil {
 		return dest{}, err
@@ -187,7 +192,7 @@ func (w *Window) check(ctx context.Context, o op.Op, use op.Use, origin, result 
 	if empty {
 		return basic, dest{empty: true}, w.emptyDisp(t.Disp)
 	}
-	d, err := w.resolve(ctx, t, true)
+	d, err := w.place(ctx, t, true) // the epoch is checked above
 	if err != nil {
 		return 0, dest{}, err
 	}
