@@ -42,6 +42,9 @@ var (
 	ErrPeerLost = verbs.ErrPeerLost
 	// ErrUndeclared: the window declared the ops it uses, and not this one.
 	ErrUndeclared = errors.New("win: op not declared for this window")
+	// ErrNotCreated: window creation failed on another rank (its own
+	// error is returned there), so it failed on every rank.
+	ErrNotCreated = errors.New("win: window not created on every rank")
 )
 
 // ProcNull is the target rank of a call that does nothing (MPI_PROC_NULL).
@@ -159,33 +162,31 @@ type target struct {
 
 // targetInfoSize is what each rank tells the others of its window: address,
 // rkey, size, displacement unit, sync page address and rkey, whether its
-// device has usable NIC atomics, a digest of its window options, and
-// whether its engine refused the window's id.
-const targetInfoSize = 8 + 4 + 8 + 8 + 8 + 4 + 1 + 8 + 1
+// device has usable NIC atomics, a digest of its window options, whether
+// its part of the window failed, and the window's id.
+const targetInfoSize = 8 + 4 + 8 + 8 + 8 + 4 + 1 + 8 + 1 + 4
 
 // Allocate creates a window of size bytes on every rank of g, with the
 // given displacement unit (MPI_Win_allocate). It is collective; sizes may
 // differ between ranks. The memory is page aligned, zeroed, off the Go heap
 // and registered for remote read, write and atomics.
 func Allocate(ctx context.Context, g *group.Group, size, dispUnit int, opts ...Option) (*Window, error) {
-	if size < 0 || dispUnit < 1 {
-		return nil, fmt.Errorf("%w: size %d, displacement unit %d", ErrInvalid, size, dispUnit)
+	var mem []byte
+	failed := validUnit(dispUnit)
+	if size < 0 {
+		failed = fmt.Errorf("%w: size %d", ErrInvalid, size)
 	}
-	mem, err := verbs.Alloc(max(size, 8))
-	if err != nil {
-		return nil, err
+	if failed == nil {
+		mem, failed = verbs.Alloc(max(size, 8))
 	}
-	return create(ctx, g, FlavorAllocate, mem, size, dispUnit, opts) // which frees mem if it fails
+	return create(ctx, g, FlavorAllocate, mem, size, dispUnit, opts, failed) // which frees mem if it fails
 }
 
 // Create creates a window over the caller's memory (MPI_Win_create). It is
 // collective. mem stays pinned (it cannot move, and the garbage collector
 // keeps it) until Free; the caller must not let it be reused before then.
 func Create(ctx context.Context, g *group.Group, mem []byte, dispUnit int, opts ...Option) (*Window, error) {
-	if dispUnit < 1 {
-		return nil, fmt.Errorf("%w: displacement unit %d", ErrInvalid, dispUnit)
-	}
-	return create(ctx, g, FlavorCreate, mem, len(mem), dispUnit, opts)
+	return create(ctx, g, FlavorCreate, mem, len(mem), dispUnit, opts, validUnit(dispUnit))
 }
 
 // CreateSlice creates a window over a typed slice, with the element size as
@@ -202,10 +203,22 @@ func CreateSlice[T datatype.Element](ctx context.Context, g *group.Group, s []T,
 // each rank then exposes memory with Attach. Displacements on a dynamic
 // window are addresses: see Address.
 func CreateDynamic(ctx context.Context, g *group.Group, opts ...Option) (*Window, error) {
-	return create(ctx, g, FlavorDynamic, nil, 0, 1, opts)
+	return create(ctx, g, FlavorDynamic, nil, 0, 1, opts, nil)
 }
 
-func create(ctx context.Context, g *group.Group, flavor Flavor, mem []byte, size, dispUnit int, opts []Option) (_ *Window, err error) {
+func validUnit(dispUnit int) error {
+	if dispUnit < 1 {
+		return fmt.Errorf("%w: displacement unit %d", ErrInvalid, dispUnit)
+	}
+	return nil
+}
+
+// create makes the window on this rank and exchanges what the others need
+// of it. A part that fails here (failed, given by the caller, or a
+// registration below) still takes the window's id and joins the exchange,
+// so that every rank fails the creation (the others with ErrNotCreated)
+// and the group's collectives and window ids stay in step.
+func create(ctx context.Context, g *group.Group, flavor Flavor, mem []byte, size, dispUnit int, opts []Option, failed error) (_ *Window, err error) {
 	w := &Window{g: g, f: link{f: fabric.OfGroup(g), world: g.FabricRanks()}, flavor: flavor, mem: mem, size: size, dispUnit: dispUnit, id: g.NextWindowID()}
 	w.cfg = config{ordered: true}
 	for _, o := range opts {
@@ -225,58 +238,45 @@ func create(ctx context.Context, g *group.Group, flavor Flavor, mem []byte, size
 			w.release() // and the memory of an Allocate
 		}
 	}()
-	// The right to remote atomics follows this rank's device; whether the
-	// window uses them is agreed below.
-	access := verbs.AccessRemoteRead | verbs.AccessRemoteWrite
-	if nic {
-		access |= verbs.AccessRemoteAtomic
-	}
-	if len(mem) > 0 {
-		w.pin.Pin(unsafe.SliceData(mem))
-		if w.mr, err = w.f.Register(mem, access); err != nil {
-			return nil, err
-		}
-	}
-	if w.syncMem, err = verbs.Alloc(syncSize(n)); err != nil {
-		return nil, err
-	}
-	if w.syncMR, err = w.f.Register(w.syncMem, verbs.AccessRemoteRead|verbs.AccessRemoteAtomic); err != nil {
-		return nil, err
-	}
-	w.access = access
-	// Serve accumulates to the window before any rank can learn of it. An
-	// id the engine serves already (it never should: ids are unique in a
-	// process) fails the creation on every rank, below.
-	var refused error
-	if flavor != FlavorDynamic {
-		if refused = w.target.AddWindow(w.id, mem[:size:size]); refused == nil {
-			w.served = true
-		}
+	if failed == nil {
+		failed = w.setup(nic)
 	}
 	var mine [targetInfoSize]byte
-	if w.mr != nil {
-		binary.LittleEndian.PutUint64(mine[0:], w.mr.Addr())
-		binary.LittleEndian.PutUint32(mine[8:], w.mr.RKey())
+	if failed == nil {
+		if w.mr != nil {
+			binary.LittleEndian.PutUint64(mine[0:], w.mr.Addr())
+			binary.LittleEndian.PutUint32(mine[8:], w.mr.RKey())
+		}
+		binary.LittleEndian.PutUint64(mine[12:], uint64(size))
+		binary.LittleEndian.PutUint64(mine[20:], uint64(dispUnit))
+		binary.LittleEndian.PutUint64(mine[28:], w.syncMR.Addr())
+		binary.LittleEndian.PutUint32(mine[36:], w.syncMR.RKey())
+	} else {
+		mine[49] = 1
 	}
-	binary.LittleEndian.PutUint64(mine[12:], uint64(size))
-	binary.LittleEndian.PutUint64(mine[20:], uint64(dispUnit))
-	binary.LittleEndian.PutUint64(mine[28:], w.syncMR.Addr())
-	binary.LittleEndian.PutUint32(mine[36:], w.syncMR.RKey())
 	if nic {
 		mine[40] = 1
 	}
 	binary.LittleEndian.PutUint64(mine[41:], w.cfg.digest())
-	if refused != nil {
-		mine[49] = 1
-	}
+	binary.LittleEndian.PutUint32(mine[50:], w.id)
 	all, err := g.AllGather(ctx, mine[:])
 	if err != nil {
-		return nil, err
+		return nil, errors.Join(failed, err)
 	}
 	w.remote = make([]target, len(all))
 	for r, b := range all {
 		if len(b) != targetInfoSize {
-			return nil, fmt.Errorf("win: rank %d sent %d bytes of window info", r, len(b))
+			return nil, errors.Join(failed, fmt.Errorf("win: rank %d sent %d bytes of window info", r, len(b)))
+		}
+		if id := binary.LittleEndian.Uint32(b[50:]); id != w.id {
+			return nil, errors.Join(failed, fmt.Errorf("%w: rank %d made window %#x, rank %d window %#x: the ranks' collective calls are out of step",
+				ErrNotCreated, r, id, g.Rank(), w.id))
+		}
+		if b[49] != 0 {
+			if failed == nil {
+				failed = fmt.Errorf("%w: rank %d failed to make its part", ErrNotCreated, r)
+			}
+			continue
 		}
 		t := &w.remote[r]
 		t.addr = binary.LittleEndian.Uint64(b[0:])
@@ -286,19 +286,16 @@ func create(ctx context.Context, g *group.Group, flavor Flavor, mem []byte, size
 		t.syncAddr = binary.LittleEndian.Uint64(b[28:])
 		t.syncRKey = binary.LittleEndian.Uint32(b[36:])
 		if t.dispUnit < 1 || t.size < 0 {
-			return nil, fmt.Errorf("win: rank %d sent size %d, displacement unit %d", r, t.size, t.dispUnit)
+			return nil, errors.Join(failed, fmt.Errorf("win: rank %d sent size %d, displacement unit %d", r, t.size, t.dispUnit))
 		}
 		nic = nic && b[40] == 1
-		if binary.LittleEndian.Uint64(b[41:]) != w.cfg.digest() {
-			return nil, fmt.Errorf("%w: rank %d created the window with other accumulate options than rank %d (%v)",
+		if binary.LittleEndian.Uint64(b[41:]) != w.cfg.digest() && failed == nil {
+			failed = fmt.Errorf("%w: rank %d created the window with other accumulate options than rank %d (%v)",
 				ErrInvalid, r, g.Rank(), w.Info().AccumulateOps)
 		}
-		if b[49] != 0 && refused == nil {
-			refused = fmt.Errorf("win: rank %d could not serve the window: %w", r, fallback.ErrWindowExists)
-		}
 	}
-	if refused != nil {
-		return nil, refused
+	if failed != nil {
+		return nil, failed
 	}
 	// Every rank routes every (op, datatype) pair the same way: a NIC
 	// atomic and a target-CPU update must never meet on one word.
@@ -311,6 +308,38 @@ func create(ctx context.Context, g *group.Group, flavor Flavor, mem []byte, size
 		w.policy = atomics.DefaultPolicy(nic)
 	}
 	return w, nil
+}
+
+// setup registers the window's memory and its sync page, and has the
+// engine serve accumulates to it before any rank can learn of it. An id
+// the engine serves already (it never should: ids are unique in a process)
+// fails the creation on every rank.
+func (w *Window) setup(nic bool) (err error) {
+	// The right to remote atomics follows this rank's device; whether the
+	// window uses them is agreed in create.
+	w.access = verbs.AccessRemoteRead | verbs.AccessRemoteWrite
+	if nic {
+		w.access |= verbs.AccessRemoteAtomic
+	}
+	if len(w.mem) > 0 {
+		w.pin.Pin(unsafe.SliceData(w.mem))
+		if w.mr, err = w.f.Register(w.mem, w.access); err != nil {
+			return err
+		}
+	}
+	if w.syncMem, err = verbs.Alloc(syncSize(w.g.Size())); err != nil {
+		return err
+	}
+	if w.syncMR, err = w.f.Register(w.syncMem, verbs.AccessRemoteRead|verbs.AccessRemoteAtomic); err != nil {
+		return err
+	}
+	if w.flavor != FlavorDynamic {
+		if err = w.target.AddWindow(w.id, w.mem[:w.size:w.size]); err != nil {
+			return err
+		}
+		w.served = true
+	}
+	return nil
 }
 
 // release gives back what the window holds on this rank.
