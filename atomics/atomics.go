@@ -11,11 +11,11 @@
 //     accumulate-family operation on a 64-bit integer goes to the NIC: SUM
 //     as fetch-and-add, CompareAndSwap as compare-and-swap, NO_OP as an
 //     aligned 8-byte RDMA READ (atomic with the NIC's atomics, the only
-//     writers of the word), and REPLACE, MIN, MAX, PROD and the logical and
-//     bitwise ops as compare-and-swap loops. Programs mix ops on one word
-//     (an MCS lock mixes CompareAndSwap and FetchAndOp(REPLACE)); all of
-//     them stay atomic with each other. Every other datatype, and
-//     user-defined ops, go to the target's engine, NO_OP included: the
+//     writers of the word), and REPLACE, MIN, MAX, PROD, the logical and
+//     bitwise ops and user-defined ops (op.Register) as compare-and-swap
+//     loops. Programs mix ops on one word (an MCS lock mixes
+//     CompareAndSwap and FetchAndOp(REPLACE)); all of them stay atomic with
+//     each other. Every other datatype goes to the target's engine, NO_OP included: the
 //     engine may write an element of another type in more than one store
 //     (a value-index pair, a complex number), which a READ could see half
 //     done, and such an element need not be 8-byte aligned.
@@ -140,10 +140,11 @@ func nicRoute(o op.Op, b datatype.Basic) Route {
 	case o == op.Sum:
 		return NICFetchAdd
 	case o == op.Replace, o == op.Min, o == op.Max, o == op.Prod,
-		o == op.Land, o == op.Lor, o == op.Lxor, o == op.Band, o == op.Bor, o == op.Bxor:
+		o == op.Land, o == op.Lor, o == op.Lxor, o == op.Band, o == op.Bor, o == op.Bxor,
+		o >= op.FirstUser: // applied by the origin, op.Register says
 		return NICCompareSwapLoop
 	}
-	return Engine // user-defined ops, and ops MPI does not define on integers
+	return Engine // ops MPI does not define on integers (refused by op.Check)
 }
 
 // FetchAndOp returns the route of FetchAndOp, GetAccumulate or Accumulate

@@ -29,7 +29,8 @@ func TestDefaultRoutes(t *testing.T) {
 		{op.Replace, datatype.Float64, Engine},
 		{op.Max, datatype.Int32, Engine},
 		{op.Maxloc, datatype.Int64Int, Engine},
-		{op.FirstUser, datatype.Int64, Engine},
+		{op.FirstUser, datatype.Int64, NICCompareSwapLoop}, // applied by the origin, like MAX
+		{op.FirstUser, datatype.Float64, Engine},
 	}
 	// Every predefined op MPI defines on integers is a NIC operation on a
 	// 64-bit integer of a default window, so that ops mixed on one word

@@ -109,7 +109,14 @@ func Create[T datatype.Element](fn func(in, inout []T), commute bool) (Op, error
 //
 // fn runs on the target's engine goroutine, with the engine's lock held:
 // it must be quick and must not call into this module. A panic in fn is
-// recovered and reported as an error (see [Apply]).
+// recovered and reported as an error (see [Apply]). An op on int64 or
+// uint64 is an exception: on a window whose 64-bit integers go to the
+// NIC's atomics (package atomics' default routing), it is applied like MIN
+// or MAX, by the origin in a loop of NIC compare-and-swaps, element by
+// element, so that it stays atomic with the NIC's fetch-and-adds on the
+// same word; fn then runs in the origin's calling goroutine, on one element
+// at a time, as often as the loop needs, so it must be a pure function of
+// its arguments.
 func Register[T datatype.Element](name string, fn func(in, inout []T), commute bool) (Op, error) {
 	if fn == nil {
 		return 0, &Error{Err: ErrInvalid, Msg: fmt.Sprintf("Register %q: nil function", name)}

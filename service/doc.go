@@ -46,8 +46,9 @@
 // and the user-defined ops made with op.Register (registered in the
 // server too). They are routed by package atomics' default policy exactly
 // as a group window's calls are: on 64-bit integers SUM is a NIC
-// fetch-and-add, NO_OP a READ, REPLACE, MIN, MAX, PROD and the logical and
-// bitwise ops compare-and-swap loops; every other datatype, and every op
+// fetch-and-add, NO_OP a READ, REPLACE, MIN, MAX, PROD, the logical and
+// bitwise ops and user-defined ops compare-and-swap loops (a user-defined
+// op then runs in the client, see op.Register); every other datatype, and every op
 // when either side's device has no atomics, goes to the server's engine,
 // which applies it with package op's kernels in its control goroutine. So
 // the calls on one element with one datatype are atomic with each other,

@@ -227,7 +227,7 @@ func (w *Window) RAccumulate(ctx context.Context, origin []byte, dt datatype.Bas
 	}
 	route := w.policy.Accumulate(o, dt)
 	if route == atomics.NICCompareSwapLoop {
-		return completed(w.nic(ctx, route, o, origin, nil, disp))
+		return completed(w.nic(ctx, route, o, dt, origin, nil, disp))
 	}
 	return w.startAcc(ctx, route, accPlain, o, dt, disp, origin, nil)
 }
@@ -264,7 +264,7 @@ func (w *Window) RGetAccumulate(ctx context.Context, origin, result []byte, dt d
 	}
 	route := w.policy.FetchAndOp(o, dt)
 	if route == atomics.NICCompareSwapLoop {
-		return completed(w.nic(ctx, route, o, origin, result, disp))
+		return completed(w.nic(ctx, route, o, dt, origin, result, disp))
 	}
 	if o == op.NoOp && route == atomics.Engine {
 		origin = nil // MPI ignores the origin of NO_OP; the message carries none
@@ -304,7 +304,7 @@ func (w *Window) startAcc(ctx context.Context, route atomics.Route, kind uint8, 
 				err = w.engine(ctx, kind, o, dt, disp+off, slice(origin, off, off+piece), nil, slice(result, off, off+piece))
 			}
 		} else {
-			err = w.nic(ctx, route, o, slice(origin, 0, last), slice(result, 0, last), disp)
+			err = w.nic(ctx, route, o, dt, slice(origin, 0, last), slice(result, 0, last), disp)
 		}
 		if err != nil {
 			return nil, err

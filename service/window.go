@@ -176,7 +176,7 @@ func (w *Window) Accumulate(ctx context.Context, origin []byte, dt datatype.Basi
 		return err
 	}
 	if route := w.policy.Accumulate(o, dt); route != atomics.Engine {
-		return w.nic(ctx, route, o, origin, nil, disp)
+		return w.nic(ctx, route, o, dt, origin, nil, disp)
 	}
 	for p := maxAccData / es * es; len(origin) > 0; {
 		n := min(p, len(origin))
@@ -227,7 +227,7 @@ func (w *Window) getAccumulate(ctx context.Context, origin, result []byte, dt da
 		return err
 	}
 	if route := w.policy.FetchAndOp(o, dt); route != atomics.Engine {
-		return w.nic(ctx, route, o, origin, result, disp)
+		return w.nic(ctx, route, o, dt, origin, result, disp)
 	}
 	if o == op.NoOp {
 		origin = nil // MPI ignores the origin of NO_OP; the message carries none
@@ -282,7 +282,7 @@ func (w *Window) compareAndSwap(ctx context.Context, origin, compare, result []b
 // nic carries out an accumulate on 64-bit integers with NIC atomics, one
 // element at a time; result is nil for Accumulate. c.mu is held and begin
 // has succeeded.
-func (w *Window) nic(ctx context.Context, route atomics.Route, o op.Op, origin, result []byte, disp int) error {
+func (w *Window) nic(ctx context.Context, route atomics.Route, o op.Op, dt datatype.Basic, origin, result []byte, disp int) error {
 	c := w.c
 	if err := w.checkAtomic(disp); err != nil {
 		return err
@@ -304,7 +304,7 @@ func (w *Window) nic(ctx context.Context, route atomics.Route, o op.Op, origin, 
 		case atomics.NICRead:
 			old, err = c.read8(ctx, addr, w.rkey)
 		case atomics.NICCompareSwapLoop:
-			old, err = c.casLoop(ctx, addr, w.rkey, o, v)
+			old, err = c.casLoop(ctx, addr, w.rkey, o, dt, v)
 		default:
 			return fmt.Errorf("%w: route %v", win.ErrInvalid, route)
 		}
@@ -321,7 +321,7 @@ func (w *Window) nic(ctx context.Context, route atomics.Route, o op.Op, origin, 
 // casLoop applies o with operand v to the word at addr by reading it and
 // swapping in the result until no other update came in between (atomics'
 // NICCompareSwapLoop, with op's kernel); c.mu is held.
-func (c *Client) casLoop(ctx context.Context, addr uint64, rkey uint32, o op.Op, v uint64) (uint64, error) {
+func (c *Client) casLoop(ctx context.Context, addr uint64, rkey uint32, o op.Op, dt datatype.Basic, v uint64) (uint64, error) {
 	cur, err := c.read8(ctx, addr, rkey)
 	if err != nil {
 		return 0, err
@@ -330,7 +330,7 @@ func (c *Client) casLoop(ctx context.Context, addr uint64, rkey uint32, o op.Op,
 	for {
 		binary.NativeEndian.PutUint64(t, cur)
 		binary.NativeEndian.PutUint64(s, v)
-		if err := op.Apply(o, datatype.Int64, t, s); err != nil {
+		if err := op.Apply(o, dt, t, s); err != nil {
 			return 0, err
 		}
 		next := binary.NativeEndian.Uint64(t)

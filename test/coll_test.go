@@ -71,7 +71,10 @@ func TestUserOpAccumulate(t *testing.T) {
 		}
 	}
 	permutation(t, l, "userolds", n*userAccIters)
-	t.Logf("op %s: %s updates each by Accumulate and GetAccumulate, and mixed with SUM on an any-op window, none lost",
+	if t.Failed() {
+		return
+	}
+	t.Logf("op %s: %s updates each by Accumulate (mixed with the NIC's SUM) and GetAccumulate, and mixed with SUM on an any-op window, none lost",
 		value(t, outs[0], "op"), want)
 }
 

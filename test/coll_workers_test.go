@@ -362,12 +362,16 @@ func workCollTime(ctx context.Context, g *group.Group) error {
 	return c.Close(ctx)
 }
 
-// userAdd is the named op of the accumulate tests: plain integer addition,
-// so that a lost update shows in the total.
+// userAdd is the named op of the accumulate tests: integer addition, so
+// that a lost update shows in the total, that takes a few microseconds an
+// element, so that an update applied apart from another would be lost.
 func registerUserAdd() (op.Op, error) {
 	return op.Register("test-user-add", func(in, inout []int64) {
 		for i, x := range in {
-			inout[i] += x
+			v := inout[i]
+			for t := time.Now(); time.Since(t) < 3*time.Microsecond; {
+			}
+			inout[i] = v + x
 		}
 	}, true)
 }
@@ -376,8 +380,10 @@ const userAccIters = 300
 
 // workUserAcc: every rank applies the registered user op to one location of
 // rank 0's window, userAccIters times with Accumulate and userAccIters
-// times with GetAccumulate (recording the old values), at once; and on an
-// any-op window mixes it with SUM on one location.
+// times with GetAccumulate (recording the old values), at once; the
+// Accumulates alternate with SUM, the NIC's fetch-and-add on the default
+// window (the user op is a compare-and-swap loop there); and on an any-op
+// window it is mixed with SUM as well, both through the engine.
 func workUserAcc(ctx context.Context, g *group.Group) error {
 	add, err := registerUserAdd()
 	if err != nil {
@@ -401,8 +407,11 @@ func workUserAcc(ctx context.Context, g *group.Group) error {
 	if err != nil {
 		return err
 	}
-	if r := w.Route(add, datatype.Int64); r != atomics.Engine {
-		return fmt.Errorf("user op routed to %v", r)
+	if r := w.Route(add, datatype.Int64); r != atomics.NICCompareSwapLoop && w.Route(op.Sum, datatype.Int64) != atomics.Engine {
+		return fmt.Errorf("user op on int64 routed to %v on a window whose SUM goes to the NIC", r)
+	}
+	if r := anyop.Route(add, datatype.Int64); r != atomics.Engine {
+		return fmt.Errorf("user op on an any-op window routed to %v", r)
 	}
 	if err := errors.Join(w.LockAll(ctx), anyop.LockAll(ctx)); err != nil {
 		return err
@@ -414,17 +423,17 @@ func workUserAcc(ctx context.Context, g *group.Group) error {
 	old := make([]byte, 8)
 	olds := make([]byte, 0, 8*userAccIters)
 	for i := 0; i < userAccIters; i++ {
-		if err := w.Accumulate(ctx, one, datatype.Int64, 0, 0, add); err != nil {
-			return fmt.Errorf("Accumulate %d: %w", i, err)
+		o := add
+		if i%2 == 1 {
+			o = op.Sum
+		}
+		if err := w.Accumulate(ctx, one, datatype.Int64, 0, 0, o); err != nil {
+			return fmt.Errorf("Accumulate %d (%v): %w", i, o, err)
 		}
 		if err := w.GetAccumulate(ctx, one, old, datatype.Int64, 0, 1, add); err != nil {
 			return fmt.Errorf("GetAccumulate %d: %w", i, err)
 		}
 		olds = append(olds, old...)
-		o := add
-		if i%2 == 1 {
-			o = op.Sum
-		}
 		if err := anyop.Accumulate(ctx, one, datatype.Int64, 0, 0, o); err != nil {
 			return fmt.Errorf("any-op Accumulate %d: %w", i, err)
 		}
@@ -447,7 +456,9 @@ func workUserAcc(ctx context.Context, g *group.Group) error {
 }
 
 // workUserUnknown: rank 0 registers the op, rank 1 does not; rank 1
-// refuses rank 0's accumulates with it, with an error reply.
+// refuses rank 0's accumulates with it, with an error reply. The window is
+// any-op, so that the op is applied by the target's engine (on a default
+// window the origin applies an op on int64 itself).
 func workUserUnknown(ctx context.Context, g *group.Group) error {
 	var add op.Op
 	if g.Rank() == 0 {
@@ -456,7 +467,7 @@ func workUserUnknown(ctx context.Context, g *group.Group) error {
 			return err
 		}
 	}
-	w, err := win.Allocate(ctx, g, 64, 8)
+	w, err := win.Allocate(ctx, g, 64, 8, win.AnyOp())
 	if err != nil {
 		return err
 	}

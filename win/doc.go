@@ -85,10 +85,11 @@
 // default (MPI's same_op_no_op), on a window whose ranks all have working
 // NIC atomics, every accumulate-family call on an int64 or uint64 goes to
 // the NIC: SUM is a fetch-and-add, CompareAndSwap a compare-and-swap, NO_OP
-// an aligned 8-byte READ, and REPLACE, MIN, MAX, PROD and the logical and
-// bitwise ops compare-and-swap loops; so ops mixed on one word (an MCS
+// an aligned 8-byte READ, and REPLACE, MIN, MAX, PROD, the logical and
+// bitwise ops and user-defined ops (applied by the origin, see
+// op.Register) compare-and-swap loops; so ops mixed on one word (an MCS
 // lock's CompareAndSwap and FetchAndOp(REPLACE)) stay atomic with each
-// other. Every other datatype, and user-defined ops, are applied by the
+// other. Every other datatype is applied by the
 // target's engine from active messages, NO_OP included (a READ could see an
 // element the engine writes in two stores, such as a value-index pair,
 // half done). AccumulateOps and AnyOp change this (see atomics). The ranks agree
