@@ -86,7 +86,10 @@
 //     Accumulate, GetAccumulate, FetchAndOp and their request-based forms:
 //     the target's engine applies it as target[i] = origin[i] o target[i]
 //     (fn(in=origin, inout=target)), with the same per-element atomicity as a
-//     predefined op through the engine (the engine's lock). Its value is its
+//     predefined op through the engine (the engine's lock); on int64 and
+//     uint64, where a window sends the predefined ops to the NIC's atomics,
+//     the origin applies it in a compare-and-swap loop, as it does MAX (see
+//     [Register]). Its value is its
 //     registration index (the first Register of a process gives FirstUser,
 //     the next FirstUser+1, ...), so every process must register the same
 //     names, with the same element types, in the same order; [RegistryDigest]
