@@ -101,7 +101,7 @@ func workHostile(ctx context.Context, g *group.Group) error {
 			call := client.Slot(0, credit)
 			call.Op, call.Elem = &fop, 0
 			fop.Start(1)
-			if err := f.Send(0, credit, n); err != nil {
+			if err := f.Send(ctx, 0, credit, n); err != nil {
 				return err
 			}
 			if err := f.WaitMessages(ctx, 0, fop.Done); err != nil {

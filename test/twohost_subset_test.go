@@ -14,7 +14,8 @@ import (
 // TestTwoHostSubset runs integration workers with their ranks spread over the two hosts of
 // rxevm -hosts 2 (even ranks on host0, odd ranks on host1): the conformance checks of mixed
 // ops on one word and of request completion, the accumulate of every (op, datatype) pair,
-// and the three kinds of epoch. Each worker checks its own results against MPI's semantics
+// the three kinds of epoch, and engines replying to each other with one receive buffer
+// each (flood). Each worker checks its own results against MPI's semantics
 // and exits non-zero when they are wrong; each host's test starts its own ranks, wants them
 // all to exit 0, and checks the result lines of its ranks that the one-host test checks.
 func TestTwoHostSubset(t *testing.T) {
@@ -36,6 +37,7 @@ func TestTwoHostSubset(t *testing.T) {
 		{"fence", 4, nil, map[int][]string{3: {"fence"}}, nil},
 		{"exclusive", 4, nil, map[int][]string{0: {"counter"}}, map[string]string{"counter": strconv.Itoa(4 * exclusiveIters)}},
 		{"pscw", 3, nil, map[int][]string{0: {"pscw"}}, nil},
+		{"flood", 4, []string{"RMA_RECV_BUFFERS=1"}, map[int][]string{0: {"flood", "flood_ms"}, 1: {"flood", "flood_ms"}}, nil},
 	} {
 		t.Run(tc.role, func(t *testing.T) {
 			l := &launch{t: t, role: tc.role, size: tc.size, addr: fmt.Sprintf("10.77.0.1:%d", 17200+i),

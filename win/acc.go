@@ -293,7 +293,7 @@ func (w *Window) sendPiece(ctx context.Context, kind fallback.Kind, o op.Op, ran
 	call := w.client.Slot(w.f.rank(rank), credit)
 	call.Op, call.Elem = fop, p.Elem
 	fop.Start(1)
-	if err := w.f.Send(rank, credit, len(msg)); err != nil {
+	if err := w.f.Send(ctx, rank, credit, len(msg)); err != nil {
 		call.Op = nil
 		fop.Abort(err)
 		return err

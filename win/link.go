@@ -61,7 +61,9 @@ func (l link) Acquire(ctx context.Context, rank int) (int, []byte, error) {
 	return l.f.Acquire(ctx, l.rank(rank))
 }
 
-func (l link) Send(rank, c, n int) error { return l.f.Send(l.rank(rank), c, n) }
+func (l link) Send(ctx context.Context, rank, c, n int) error {
+	return l.f.Send(ctx, l.rank(rank), c, n)
+}
 
 func (l link) Release(rank, c int) { l.f.Release(l.rank(rank), c) }
 

@@ -2,7 +2,6 @@ package fabric
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -79,6 +78,13 @@ type qpSide struct {
 	side int
 }
 
+// deferredReq is a request that waits for a slot and a reply buffer.
+type deferredReq struct {
+	c            *conn
+	side, credit int
+	req          []byte
+}
+
 type messaging struct {
 	cq       *verbs.CQ
 	ch       *verbs.CompChannel
@@ -106,9 +112,14 @@ type messaging struct {
 	// Reply waits that slept, and those of them a released credit ended
 	// (the rest ended by the periodic re-check or their context).
 	slept, woken atomic.Uint64
-	stop         context.CancelFunc
-	done         chan struct{}
-	started      bool
+	// Requests that found no slot or reply buffer free, in the order they
+	// came, copied from their receive buffers (at most one per credit of
+	// every peer), and the copies' buffers kept for reuse (under recvMu).
+	deferred []deferredReq
+	spare    [][]byte
+	stop     context.CancelFunc
+	done     chan struct{}
+	started  bool
 }
 
 // msgBuffers is how many receive, request and reply buffers a process of a
@@ -175,6 +186,7 @@ func (f *Fabric) initMessaging(credits, size, recv int) (err error) {
 		}
 	}
 	m.repost = make([]verbs.RecvWR, 0, min(8, nrecv/4))
+	m.deferred = make([]deferredReq, 0, f.size*credits)
 	for id := 0; id < nrecv; id++ {
 		if err := m.srq.PostRecv(uint64(id), m.mr.Local(id*m.size, m.size)); err != nil {
 			return err
@@ -341,7 +353,7 @@ func (f *Fabric) engine(ctx context.Context) {
 			}
 			lastReq = now
 		}
-		if now-lastReq < spin {
+		if now-lastReq < spin || len(m.deferred) > 0 {
 			m.recvMu.Unlock()
 			continue
 		}
@@ -371,9 +383,18 @@ func (f *Fabric) engine(ctx context.Context) {
 	}
 }
 
-// pollRecvLocked handles one batch of receives; recvMu is held.
+// pollRecvLocked handles one batch of receives, after the deferred
+// requests that can be served now; recvMu is held.
 func (f *Fabric) pollRecvLocked() int {
 	m := &f.m
+	if len(m.deferred) > 0 {
+		// The completions of earlier replies' sends free what they wait for.
+		if f.pollMu.TryLock() {
+			f.pollLocked()
+			f.pollMu.Unlock()
+		}
+		f.serveDeferredLocked()
+	}
 	n, err := m.cq.Poll(m.wcs[:])
 	if err != nil {
 		return 0
@@ -412,26 +433,73 @@ func (f *Fabric) pollRecvLocked() int {
 
 // onRequest serves a request that came in on c (on the loopback pair's
 // responder half if side is 1) and sends the reply back on it; recvMu is
-// held, so c stays in use meanwhile. A reply that cannot be sent (no slot
-// or reply buffer within the peer timeout, or the post refused) fails the
-// connection, so that the requester learns its request failed instead of
-// waiting for ever.
+// held, so c stays in use meanwhile. A reply that cannot be posted fails
+// the connection, so that the requester learns its request failed instead
+// of waiting for ever.
+//
+// The engine never waits for a slot or a reply buffer: a request that
+// finds none free, and every request after it while one waits (they are
+// served in the order they came), is copied aside (deferred) and its
+// receive buffer goes back to the SRQ, to be served once the sends of
+// earlier replies complete. Waiting instead, with its receive buffer held
+// and the SRQ not drained, would keep the replies of other engines from
+// arriving, and with few receive buffers engines that reply to each other
+// would wait for each other until their connections failed.
 func (f *Fabric) onRequest(c *conn, side, credit int, req []byte) {
 	m := &f.m
-	rank := c.rank
 	if credit >= m.credits || m.h.Request == nil {
 		return // not a request a conforming origin sends: drop it
 	}
-	id, err := f.acquireSlotWithin(rank, true)
-	if err != nil {
+	if len(m.deferred) == 0 && f.serve(c, side, credit, req) {
+		return
+	}
+	if len(m.deferred) == cap(m.deferred) {
+		// More than every peer's credits: not conforming origins.
 		f.fault(c)
 		return
 	}
-	rb, err := f.replyBuf(rank)
-	if err != nil {
+	var b []byte
+	if k := len(m.spare); k > 0 {
+		b, m.spare = m.spare[k-1], m.spare[:k-1]
+	}
+	m.deferred = append(m.deferred, deferredReq{c: c, side: side, credit: credit, req: append(b[:0], req...)})
+}
+
+// serveDeferredLocked serves the deferred requests, in order, as far as
+// slots and reply buffers allow; recvMu is held.
+func (f *Fabric) serveDeferredLocked() {
+	m := &f.m
+	n := 0
+	for ; n < len(m.deferred); n++ {
+		d := &m.deferred[n]
+		if !d.c.retired.Load() && !f.serve(d.c, d.side, d.credit, d.req) {
+			break
+		}
+		m.spare = append(m.spare, d.req)
+		*d = deferredReq{}
+	}
+	if n > 0 {
+		k := copy(m.deferred, m.deferred[n:])
+		clear(m.deferred[k:])
+		m.deferred = m.deferred[:k]
+	}
+}
+
+// serve has the handler build the reply to req and posts it, if a slot
+// and a reply buffer are free; it reports whether they were.
+func (f *Fabric) serve(c *conn, side, credit int, req []byte) bool {
+	m := &f.m
+	rank := c.rank
+	id, ok := f.tryAcquireSlot(rank, true)
+	if !ok {
+		return false
+	}
+	var rb uint16
+	select {
+	case rb = <-m.repFree:
+	default:
 		f.releaseSlot(id)
-		f.fault(c)
-		return
+		return false
 	}
 	off := m.repOff + int(rb)*m.size
 	reply := m.h.Request(rank, req, m.mem[off:off:off+m.size])
@@ -444,6 +512,7 @@ func (f *Fabric) onRequest(c *conn, side, credit int, req []byte) {
 	}
 	p := &f.peers[rank]
 	f.posting(id, p, c)
+	var err error
 	if len(reply) <= f.maxInline {
 		err = qp.PostSendInlineImm(uint64(id), reply, imm, verbs.SendSignaled)
 		f.putReplyBuf(rb) // copied by the post
@@ -455,29 +524,7 @@ func (f *Fabric) onRequest(c *conn, side, credit int, req []byte) {
 		f.unpost(id, p, c)
 		f.fault(c)
 	}
-}
-
-// replyBuf takes a reply buffer, waiting (at most the peer timeout) for
-// the send of an earlier reply to complete if none is free.
-func (f *Fabric) replyBuf(rank int) (uint16, error) {
-	m := &f.m
-	select {
-	case b := <-m.repFree:
-		return b, nil
-	default:
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), f.peerTimeout)
-	defer cancel()
-	for {
-		select {
-		case b := <-m.repFree:
-			return b, nil
-		default:
-		}
-		if err := f.progressUntil(ctx, func() bool { return len(m.repFree) > 0 }, nil); err != nil {
-			return 0, fmt.Errorf("fabric: rank %d: no reply buffer free within %v: %w", rank, f.peerTimeout, err)
-		}
-	}
+	return true
 }
 
 // putReplyBuf frees a reply buffer.
@@ -607,21 +654,22 @@ func (f *Fabric) requestBuf(ctx context.Context, rank int) (uint16, error) {
 
 // Send posts the request of n bytes built in credit's buffer. The credit
 // is released when its reply has been handed to Handlers.Reply, or its
-// failure to Handlers.Fail. If the connection to rank is being
-// re-established, Send waits for it (at most ReconnectTimeout).
-func (f *Fabric) Send(rank, c, n int) error {
+// failure to Handlers.Fail (or now, if Send fails). Send waits for a free
+// slot, and if the connection to rank is being re-established, for it (at
+// most ReconnectTimeout), unless ctx ends first.
+func (f *Fabric) Send(ctx context.Context, rank, c, n int) error {
 	m := &f.m
 	if err := f.peerErr(rank); err != nil {
 		f.releaseCredit(rank, c)
 		return err
 	}
-	id, err := f.acquireSlotWithin(rank, true)
+	id, err := f.takeSlot(ctx, rank, true)
 	if err != nil {
 		f.releaseCredit(rank, c)
 		return err
 	}
 	f.slots[id].msg = true
-	cn, err := f.use(context.Background(), rank)
+	cn, err := f.use(ctx, rank)
 	if err != nil {
 		f.releaseSlot(id)
 		f.releaseCredit(rank, c)

@@ -2,7 +2,6 @@ package fabric
 
 import (
 	"context"
-	"fmt"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -79,27 +78,6 @@ func (f *Fabric) tryAcquireSlot(rank int, async bool) (uint32, bool) {
 	s.state.Store(slotBusy)
 	s.async, s.msg, s.peer, s.chunk, s.reply, s.conn, s.err = async, false, int32(rank), -1, -1, nil, nil
 	return id, true
-}
-
-// acquireSlotWithin takes a slot for a call that has no context of its own
-// (the engine's replies, Send): it waits at most the peer timeout, so a
-// process that cannot send stalls nothing for ever. It does not wait for a
-// failed connection to be replaced: the engine replies on the connection
-// a request came in on, whatever its state.
-func (f *Fabric) acquireSlotWithin(rank int, async bool) (uint32, error) {
-	if err := f.peerErr(rank); err != nil {
-		return 0, err
-	}
-	if id, ok := f.tryAcquireSlot(rank, async); ok {
-		return id, nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), f.peerTimeout)
-	defer cancel()
-	id, err := f.takeSlot(ctx, rank, async)
-	if err != nil {
-		return 0, fmt.Errorf("fabric: rank %d: no work request slot free within %v: %w", rank, f.peerTimeout, err)
-	}
-	return id, nil
 }
 
 func (f *Fabric) releaseSlot(id uint32) {
