@@ -6,7 +6,10 @@
 // Allocate (MPI_Win_allocate) gives page-aligned memory off the Go heap;
 // Create and CreateSlice expose the caller's memory, pinned until Free;
 // CreateDynamic starts empty and each rank exposes memory with Attach,
-// addressed by Address. Creation and Free are collective. Options declare
+// addressed by Address. Creation and Free are collective. A creation that
+// fails on one rank (memory it cannot register, a bad size or displacement
+// unit) fails on every rank, there with its own error and elsewhere with
+// ErrNotCreated, and the group stays usable. Options declare
 // the accumulate ops a window uses (AccumulateOps, AnyOp) and its ordering
 // (AccumulateOrdering); Info reads them back.
 //
@@ -144,7 +147,7 @@
 // # Errors
 //
 // Match with errors.Is: ErrRank, ErrOutOfWindow, ErrAlignment, ErrInvalid,
-// ErrEpoch, ErrFreed, ErrUndeclared, ErrNotSupported, ErrPeerLost;
+// ErrEpoch, ErrFreed, ErrUndeclared, ErrNotCreated, ErrNotSupported, ErrPeerLost;
 // op.ErrOpDatatype and op.ErrOpUse for an op MPI does not allow there;
 // fallback.ErrRemoteRejected (and its reasons) when a target refuses an
 // active message; verbs.ErrRemoteAccess from the network. A call never
