@@ -286,6 +286,10 @@ func TestBoundsRules(t *testing.T) {
 	if h.LB() != 0 || h.TrueUB() != 6 || h.Extent() != 8 || !h.Overlaps() {
 		t.Fatalf("hindexed: %v", h)
 	}
+	// As Open MPI (opal_datatype_add), unlike MPICH: 12, not 10.
+	if v := must(Hvector(2, 1, 6, Int32.Type())); v.Extent() != 12 {
+		t.Fatalf("hvector(2, 1, 6 bytes, int32): extent %d, want 12", v.Extent())
+	}
 	// Negative displacements.
 	n := must(Indexed([]int{2, 1}, []int{3, -2}, Float64.Type()))
 	if n.LB() != -16 || n.UB() != 40 || n.TrueLB() != -16 || n.Count() != 3 {
