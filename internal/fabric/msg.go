@@ -336,6 +336,13 @@ func (f *Fabric) engine(ctx context.Context) {
 			fresh = true
 			continue
 		}
+		if len(m.deferred) > 0 {
+			// Requests wait for the sends of earlier replies: sleep on
+			// their completions rather than spin.
+			m.recvMu.Unlock()
+			f.awaitReplyRoom(ctx)
+			continue
+		}
 		if i&63 != 0 {
 			m.recvMu.Unlock()
 			procs.Polled()
@@ -353,7 +360,7 @@ func (f *Fabric) engine(ctx context.Context) {
 			}
 			lastReq = now
 		}
-		if now-lastReq < spin || len(m.deferred) > 0 {
+		if now-lastReq < spin {
 			m.recvMu.Unlock()
 			continue
 		}
@@ -381,6 +388,15 @@ func (f *Fabric) engine(ctx context.Context) {
 		}
 		i = 63 // woken: poll, and unless that serves a request, back to the idle check
 	}
+}
+
+// awaitReplyRoom waits, at most a millisecond, until a slot and a reply
+// buffer are free for a deferred request: it spins as a waiting call does,
+// then sleeps until a send completes.
+func (f *Fabric) awaitReplyRoom(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, time.Millisecond)
+	f.progressUntil(ctx, func() bool { return f.nfree.Load() > 0 && len(f.m.repFree) > 0 }, nil)
+	cancel()
 }
 
 // pollRecvLocked handles one batch of receives, after the deferred
