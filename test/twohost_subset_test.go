@@ -38,8 +38,8 @@ func TestTwoHostSubset(t *testing.T) {
 // with one receive buffer each, so that the peers' NICs retry (RNR): every
 // call must succeed, slower. Not part of make test: on the emulated
 // one-CPU guests the retries can starve the guests' network for seconds,
-// so that TCP connections time out and live peers are reported lost (3
-// runs of 6 did so, 4 to 24 s in).
+// so that TCP connections time out and live peers are reported lost (4
+// runs of 7 did so, 4 to 24 s in).
 func TestTwoHostFlood(t *testing.T) {
 	me := twoHostRank(t)
 	acrossHosts(t, me, 17300, []twoHostCase{
