@@ -93,6 +93,11 @@ func (op *Op) Abort(err error) {
 	op.pending.Add(-1)
 }
 
+// Withdraw undoes Start for a request that was not sent because its caller
+// stopped waiting (its context ended): the caller has the error, and op
+// (its sink) does not record it.
+func (op *Op) Withdraw() { op.pending.Add(-1) }
+
 // Done reports whether every reply has arrived.
 func (op *Op) Done() bool { return op.pending.Load() == 0 }
 

@@ -104,6 +104,18 @@ func workCreateFail(ctx context.Context, g *group.Group) error {
 	if e := expect("Create over read-only memory", err, 1, err); e != nil {
 		return e
 	}
+	// A failure comes before options that do not agree, on every rank:
+	// rank 0 asks for AnyOp, rank 1's memory cannot be registered.
+	var opts []win.Option
+	if me == 0 {
+		opts = append(opts, win.AnyOp())
+	}
+	if w, err = win.Create(ctx, g, mem, 1, opts...); err == nil {
+		w.Free(ctx)
+	}
+	if e := expect("Create over read-only memory, rank 0 with AnyOp", err, 1, err); e != nil {
+		return e
+	}
 	size := 64
 	if me == 1 {
 		size = -1

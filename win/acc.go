@@ -295,7 +295,12 @@ func (w *Window) sendPiece(ctx context.Context, kind fallback.Kind, o op.Op, ran
 	fop.Start(1)
 	if err := w.f.Send(ctx, rank, credit, len(msg)); err != nil {
 		call.Op = nil
-		fop.Abort(err)
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			// Not sent: the caller's error alone, not a later Flush's.
+			fop.Withdraw()
+		} else {
+			fop.Abort(err)
+		}
 		return err
 	}
 	return nil

@@ -263,6 +263,9 @@ func create(ctx context.Context, g *group.Group, flavor Flavor, mem []byte, size
 	if err != nil {
 		return nil, errors.Join(failed, err)
 	}
+	// This rank's own failure comes first, then another rank's, then
+	// options that do not agree, whatever the order of the ranks.
+	var mismatch error
 	w.remote = make([]target, len(all))
 	for r, b := range all {
 		if len(b) != targetInfoSize {
@@ -289,13 +292,16 @@ func create(ctx context.Context, g *group.Group, flavor Flavor, mem []byte, size
 			return nil, errors.Join(failed, fmt.Errorf("win: rank %d sent size %d, displacement unit %d", r, t.size, t.dispUnit))
 		}
 		nic = nic && b[40] == 1
-		if binary.LittleEndian.Uint64(b[41:]) != w.cfg.digest() && failed == nil {
-			failed = fmt.Errorf("%w: rank %d created the window with other accumulate options than rank %d (%v)",
+		if binary.LittleEndian.Uint64(b[41:]) != w.cfg.digest() && mismatch == nil {
+			mismatch = fmt.Errorf("%w: rank %d created the window with other accumulate options than rank %d (%v)",
 				ErrInvalid, r, g.Rank(), w.Info().AccumulateOps)
 		}
 	}
 	if failed != nil {
 		return nil, failed
+	}
+	if mismatch != nil {
+		return nil, mismatch
 	}
 	// Every rank routes every (op, datatype) pair the same way: a NIC
 	// atomic and a target-CPU update must never meet on one word.
