@@ -23,11 +23,7 @@ func TestColl8(t *testing.T) { testColl(t, 8) }
 func testColl(t *testing.T, n int) {
 	l := newLaunch(t, "coll", n)
 	outs := l.run(6 * time.Minute)
-	for r, out := range outs {
-		if value(t, out, "coll") != "ok" {
-			t.Errorf("rank %d did not finish", r)
-		}
-	}
+	finished(t, outs, "coll")
 	for _, line := range strings.Split(outs[0], "\n") {
 		if strings.HasPrefix(line, "count ") || strings.HasPrefix(line, "times ") {
 			t.Logf("rank 0: %s", line)

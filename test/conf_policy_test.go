@@ -57,11 +57,7 @@ func workPolicy(ctx context.Context, g *group.Group) error {
 
 func TestConfWindowOptionsAgree(t *testing.T) {
 	l := newLaunch(t, "conf-policy", 3)
-	for r, out := range l.run(time.Minute) {
-		if value(t, out, "policy") != "ok" {
-			t.Errorf("rank %d did not finish", r)
-		}
-	}
+	finished(t, l.run(time.Minute), "policy")
 }
 
 // workCreateFail: a window whose creation fails on one rank (its memory
@@ -183,9 +179,5 @@ func workCreateFail(ctx context.Context, g *group.Group) error {
 
 func TestConfCreateFails(t *testing.T) {
 	l := newLaunch(t, "conf-create-fail", 3)
-	for r, out := range l.run(time.Minute) {
-		if value(t, out, "createfail") != "ok" {
-			t.Errorf("rank %d did not finish", r)
-		}
-	}
+	finished(t, l.run(time.Minute), "createfail")
 }

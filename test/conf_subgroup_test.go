@@ -215,11 +215,7 @@ func TestSubgroupWindows(t *testing.T) {
 	for _, n := range []int{4, 5} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			l := newLaunch(t, "subgroup", n)
-			for r, out := range l.run(2 * time.Minute) {
-				if value(t, out, "subgroup") != "ok" {
-					t.Errorf("rank %d did not finish", r)
-				}
-			}
+			finished(t, l.run(2*time.Minute), "subgroup")
 		})
 	}
 }
@@ -318,9 +314,5 @@ func workSplitConcurrent(ctx context.Context, g *group.Group) error {
 
 func TestSplitConcurrent(t *testing.T) {
 	l := newLaunch(t, "split-concurrent", 3)
-	for r, out := range l.run(2 * time.Minute) {
-		if value(t, out, "split-concurrent") != "ok" {
-			t.Errorf("rank %d did not finish", r)
-		}
-	}
+	finished(t, l.run(2*time.Minute), "split-concurrent")
 }

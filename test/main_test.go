@@ -166,6 +166,17 @@ func (l *launch) wait(procs []*proc) []string {
 
 func (l *launch) file(name string) string { return filepath.Join(l.dir, name) }
 
+// finished checks that every rank's output says key=ok (its worker
+// finished).
+func finished(t *testing.T, outs []string, key string) {
+	t.Helper()
+	for r, out := range outs {
+		if value(t, out, key) != "ok" {
+			t.Errorf("rank %d did not finish", r)
+		}
+	}
+}
+
 // value finds "key=value" in a worker's output.
 func value(t *testing.T, out, key string) string {
 	t.Helper()
