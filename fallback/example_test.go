@@ -69,10 +69,10 @@ func Example() {
 	fallback.DecodeReply(target.Handle(msg, replyBuf), &rep)
 	err = rep.Err()
 	fmt.Println(rep.Tag, rep.Status, errors.Is(err, fallback.ErrOutOfWindow), errors.Is(err, fallback.ErrRemoteRejected))
-	fmt.Println(target.Rejected(), window)
+	fmt.Println(target.Applied(), target.Rejected(), window) // two requests applied, one refused
 	// Output:
 	// 1 <nil> [10 21 32 40]
 	// <nil> [10 32] [15 21 32 40]
 	// 3 OutOfWindow true true
-	// 1 [15 21 32 40]
+	// 2 1 [15 21 32 40]
 }

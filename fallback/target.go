@@ -24,6 +24,7 @@ type Target struct {
 	mu       sync.Mutex
 	windows  map[uint32][]byte
 	rejected atomic.Uint64
+	applied  atomic.Uint64
 
 	// types caches the derived datatypes decoded from requests, by
 	// encoding, so that an origin repeating a layout (every piece of a
@@ -99,6 +100,9 @@ func (t *Target) RemoveWindow(id uint32) {
 // Rejected returns the number of requests refused since NewTarget.
 func (t *Target) Rejected() uint64 { return t.rejected.Load() }
 
+// Applied returns the number of requests applied since NewTarget.
+func (t *Target) Applied() uint64 { return t.applied.Load() }
+
 // Handle decodes the request msg, validates it, applies it to the window
 // and appends the reply to reply[:0], returning it. cap(reply) bounds the
 // reply: a GetAccumulate or CompareAndSwap whose old values do not fit
@@ -120,6 +124,7 @@ func (t *Target) Handle(msg, reply []byte) []byte {
 	out, e := t.handle(msg, reply[:0])
 	t.mu.Unlock()
 	if e == nil {
+		t.applied.Add(1)
 		return out
 	}
 	t.rejected.Add(1)

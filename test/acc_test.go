@@ -99,3 +99,23 @@ func TestLatency(t *testing.T) {
 		t.Logf("%s = %s", k, value(t, outs[1], k))
 	}
 }
+
+// TestPutGetManyBlocks: Put, Get and Rget whose target layout has 3000
+// blocks of 12 bytes go to the target's engine packed (a few requests,
+// not one RDMA operation per block), and land where the layout says in
+// passive, fence and PSCW epochs and in a dynamic window; a layout of
+// 4 KiB blocks goes by RDMA (no engine request).
+func TestPutGetManyBlocks(t *testing.T) {
+	l := newLaunch(t, "manyblocks", 3)
+	outs := l.run(5 * time.Minute)
+	finished(t, outs, "manyblocks")
+	for r, out := range outs {
+		s, err := strconv.Atoi(value(t, out, "small_requests"))
+		if err != nil || s < 3 || s > 100 {
+			t.Errorf("rank %d: its engine applied %s requests for a PutTo, a GetTo and an RGetTo of 3000 blocks each, want 3 to 100", r, value(t, out, "small_requests"))
+		}
+		if b := value(t, out, "big_requests"); b != "0" {
+			t.Errorf("rank %d: its engine applied %s requests for a PutTo and a GetTo of 4 KiB blocks, want 0 (RDMA)", r, b)
+		}
+	}
+}

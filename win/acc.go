@@ -106,7 +106,7 @@ func (w *Window) GetAccumulateTo(ctx context.Context, origin, result Buffer, t R
 	if err != nil || d.empty {
 		return err
 	}
-	return w.fetching(ctx, fallback.KindGetAccumulate, o, origin, result, t, d)
+	return w.fetching(ctx, o, origin, result, t, d)
 }
 
 // dest is a resolved target: the region and the byte offset of the
@@ -225,17 +225,28 @@ func packed(b Buffer) []byte {
 var opPool = sync.Pool{New: func() any { return new(fallback.Op) }}
 
 // fetching runs a GetAccumulate (also FetchAndOp) and waits for its result.
-func (w *Window) fetching(ctx context.Context, kind fallback.Kind, o op.Op, origin, result Buffer, t Region, d dest) error {
+func (w *Window) fetching(ctx context.Context, o op.Op, origin, result Buffer, t Region, d dest) error {
 	basic := t.Type.Basic()
 	if route := w.policy.FetchAndOp(o, basic); route != atomics.Engine {
 		return w.nicAccumulate(ctx, o, basic, route, origin, result, t, d)
 	}
-	fop := opPool.Get().(*fallback.Op)
-	fop.Result, fop.ResultType, fop.ResultCount = result.Data, result.Type, result.Count
-	if err := w.send(ctx, kind, o, basic, origin, t, d, fop); err != nil {
-		return w.finish(ctx, t.Rank, fop, err)
+	fop, err := w.startFetch(ctx, o, origin, result, t, d)
+	if err != nil {
+		return err
 	}
 	return w.finish(ctx, t.Rank, fop, nil)
+}
+
+// startFetch sends a GetAccumulate of o to the target's engine, whose
+// replies fill result; finish (or a request) waits for them. If sending
+// fails, it finishes the operation and returns the error.
+func (w *Window) startFetch(ctx context.Context, o op.Op, origin, result Buffer, t Region, d dest) (*fallback.Op, error) {
+	fop := opPool.Get().(*fallback.Op)
+	fop.Result, fop.ResultType, fop.ResultCount = result.Data, result.Type, result.Count
+	if err := w.send(ctx, fallback.KindGetAccumulate, o, t.Type.Basic(), origin, t, d, fop); err != nil {
+		return nil, w.finish(ctx, t.Rank, fop, err)
+	}
+	return fop, nil
 }
 
 // finish waits for every reply of fop and recycles it.

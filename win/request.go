@@ -444,6 +444,10 @@ func (w *Window) RGetTo(ctx context.Context, result Buffer, t Region) (*Request,
 	if err != nil {
 		return nil, err
 	}
+	if manyBlocks(t, getEngineBlock) {
+		// Through the engine, as GetTo: the request completes with the reply.
+		return w.fetchRequest(ctx, op.NoOp, Buffer{Type: t.Type, Count: t.Count}, result, t, d)
+	}
 	total := int64(result.Count) * result.Type.Size()
 	if err := w.ordered(ctx, t.Rank); err != nil {
 		return nil, err
@@ -489,10 +493,15 @@ func (w *Window) RGetAccumulate(ctx context.Context, origin, result Buffer, t Re
 	if route := w.policy.FetchAndOp(o, basic); route.NIC() {
 		return done(w.nicAccumulate(ctx, o, basic, route, origin, result, t, d))
 	}
-	fop := opPool.Get().(*fallback.Op)
-	fop.Result, fop.ResultType, fop.ResultCount = result.Data, result.Type, result.Count
-	if err := w.send(ctx, fallback.KindGetAccumulate, o, basic, origin, t, d, fop); err != nil {
-		return nil, w.finish(ctx, t.Rank, fop, err)
+	return w.fetchRequest(ctx, o, origin, result, t, d)
+}
+
+// fetchRequest sends a GetAccumulate of o to the target's engine and
+// returns the request its replies complete.
+func (w *Window) fetchRequest(ctx context.Context, o op.Op, origin, result Buffer, t Region, d dest) (*Request, error) {
+	fop, err := w.startFetch(ctx, o, origin, result, t, d)
+	if err != nil {
+		return nil, err
 	}
 	r := &Request{w: w, rank: t.Rank, kind: reqFetch, fop: fop}
 	w.reqs.add(w, r)

@@ -134,7 +134,7 @@ func (w *Window) FetchAndOp(ctx context.Context, origin, result []byte, dt datat
 		if err != nil {
 			return err
 		}
-		return w.fetching(ctx, fallback.KindGetAccumulate, o, Buffer{ob, dt.Type(), 1}, Buffer{result, dt.Type(), 1}, t, d)
+		return w.fetching(ctx, o, Buffer{ob, dt.Type(), 1}, Buffer{result, dt.Type(), 1}, t, d)
 	}
 	addr, rkey, err := w.atomicAddress(ctx, target, disp)
 	if err != nil {
@@ -252,6 +252,9 @@ func (w *Window) PutTo(ctx context.Context, origin Buffer, t Region) error {
 	if err != nil {
 		return err
 	}
+	if manyBlocks(t, putEngineBlock) && !t.Type.OverlapsN(t.Count) {
+		return w.send(ctx, fallback.KindAccumulate, op.Replace, t.Type.Basic(), origin, t, d, &w.async[t.Rank])
+	}
 	data := packed(origin)
 	pos := int64(0)
 	esz := int64(t.Type.Basic().Size())
@@ -261,6 +264,36 @@ func (w *Window) PutTo(ctx context.Context, origin Buffer, t Region) error {
 		return err == nil
 	})
 	return err
+}
+
+// A Put or Get whose target layout has many small blocks goes to the
+// target's engine as packed data, in as many active messages as it fills
+// (a Put as an Accumulate with REPLACE, a Get as a GetAccumulate with
+// NO_OP), as MPICH does through active messages for noncontiguous target
+// datatypes its network cannot describe; one RDMA operation per block
+// costs about a round trip of work in the NIC for each (measured on
+// Soft-RoCE: 1000 blocks of 64 bytes took 19 ms to write one by one and
+// 1.2 ms through the engine; at 1 KiB blocks the two were even for writes,
+// at 4 KiB RDMA READs still lost). Many is more than one block, averaging
+// under putEngineBlock bytes for a Put and getEngineBlock for a Get.
+const (
+	putEngineBlock = 1 << 10
+	getEngineBlock = 4 << 10
+)
+
+// manyBlocks reports whether t's layout has more than one block and fewer
+// than one per avg bytes of data, counting at most that many.
+func manyBlocks(t Region, avg int64) bool {
+	if t.Type.IsContiguous() {
+		return false
+	}
+	limit := max(1, int64(t.Count)*t.Type.Size()/avg)
+	var blocks int64
+	t.Type.ForEachBlock(t.Count, func(int64, int) bool {
+		blocks++
+		return blocks <= limit
+	})
+	return blocks > limit
 }
 
 // GetTo is Get with datatypes (MPI_Get): the target layout's elements are
@@ -278,6 +311,13 @@ func (w *Window) GetTo(ctx context.Context, result Buffer, t Region) error {
 	d, err := w.resolve(ctx, &t, false)
 	if err != nil {
 		return err
+	}
+	if manyBlocks(t, getEngineBlock) {
+		fop, err := w.startFetch(ctx, op.NoOp, Buffer{Type: t.Type, Count: t.Count}, result, t, d)
+		if err != nil {
+			return err
+		}
+		return w.finish(ctx, t.Rank, fop, nil)
 	}
 	if err := w.ordered(ctx, t.Rank); err != nil {
 		return err
