@@ -454,7 +454,9 @@ func (g *Group) NextWindowID() uint32 {
 // subgroups made by Split closed; closing a subgroup closes only its own
 // bootstrap connections. Once it is closed, calls of the group, of its
 // subgroups and of windows and communicators left on it return an error
-// matching verbs.ErrClosed.
+// matching verbs.ErrClosed; so do the calls in progress on other
+// goroutines when Close begins, which Close wakes and waits for (a few
+// milliseconds) before it releases what they use.
 func (g *Group) Close() error {
 	if g.parent != nil {
 		return g.boot.Close()

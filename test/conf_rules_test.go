@@ -481,3 +481,10 @@ func TestConfAfterClose(t *testing.T) {
 		}
 	}
 }
+
+// TestCloseDuringCalls: closing the group while goroutines are in calls
+// of every kind makes them all fail with an error, and crashes nothing.
+func TestCloseDuringCalls(t *testing.T) {
+	l := newLaunch(t, "closeduring", 2)
+	finished(t, l.run(2*time.Minute), "closeduring")
+}

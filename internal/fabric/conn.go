@@ -197,6 +197,8 @@ func (f *Fabric) awaitUp(ctx context.Context, rank int, ready chan struct{}) err
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-f.closed:
+		return errClosed
 	case <-t.C:
 		return fmt.Errorf("fabric: %w: rank %d: connection not established within %v", ErrPeerLost, rank, f.reconnectTimeout)
 	}

@@ -71,9 +71,15 @@ type Options struct {
 }
 
 // Fabric is one process's connected RDMA resources. Its methods are safe for
-// concurrent use, except Close.
+// concurrent use, Close included: calls in progress when Close begins, and
+// calls after it, fail with an error matching verbs.ErrClosed.
 type Fabric struct {
 	rank, size int
+
+	// calls is twice the number of calls in progress (enter), plus one
+	// once Close has begun; closed is closed then.
+	calls  atomic.Int64
+	closed chan struct{}
 
 	dev  *verbs.Context
 	pd   *verbs.PD
@@ -209,6 +215,7 @@ func New(ctx context.Context, rank, size int, ex Exchanger, o Options) (f *Fabri
 	fab := &Fabric{rank: rank, size: size, spin: o.Spin, engineSpin: o.EngineSpin, replySpin: o.ReplySpin,
 		chunkSize: o.ChunkSize, peerTimeout: o.PeerTimeout, reconnectTimeout: ReconnectTimeout(o.PeerTimeout)}
 	fab.lostCtx, fab.lostCancel = context.WithCancelCause(context.Background())
+	fab.closed = make(chan struct{})
 	f = fab
 	defer func() {
 		if err != nil {
@@ -368,19 +375,63 @@ func (f *Fabric) PeerTimeout() time.Duration { return f.peerTimeout }
 
 // Register registers memory of a window for remote access.
 func (f *Fabric) Register(mem []byte, access verbs.Access) (*verbs.MR, error) {
+	if err := f.enter(); err != nil {
+		return nil, err
+	}
+	defer f.exit()
 	return f.pd.RegisterMR(mem, access|verbs.AccessLocalWrite)
 }
 
-// Close releases every resource. Nothing may be in flight.
+// enter starts a call that uses the fabric's resources, unless Close has
+// begun (errClosed); exit ends it. Close releases nothing until every
+// call has ended.
+func (f *Fabric) enter() error {
+	if f.calls.Add(2)&1 != 0 {
+		f.exit()
+		return errClosed
+	}
+	return nil
+}
+
+func (f *Fabric) exit() { f.calls.Add(-2) }
+
+// isClosing reports whether Close has begun: a call that waits gives up.
+func (f *Fabric) isClosing() bool { return f.calls.Load()&1 != 0 }
+
+// Close releases every resource. Calls in progress fail with errClosed:
+// Close wakes those that wait and waits for them to return (at most the
+// reconnect timeout plus the peer timeout, the longest a call waits
+// without looking) before it releases anything; later calls fail at once.
+// Closing again does nothing.
 func (f *Fabric) Close() error {
+	for {
+		n := f.calls.Load()
+		if n&1 != 0 {
+			return nil
+		}
+		if f.calls.CompareAndSwap(n, n|1) {
+			break
+		}
+	}
 	var errs []error
 	keep := func(err error) {
 		if err != nil {
 			errs = append(errs, err)
 		}
 	}
+	// Every peer reads as gone, which every call checks before anything
+	// else; the waiters wake.
+	for i := range f.peers {
+		f.peers[i].lost.Store(&errClosed)
+	}
+	close(f.closed)
+	f.wakeAll()
 	f.stopEngine()
 	f.stopManager()
+	for deadline := time.Now().Add(f.reconnectTimeout + f.peerTimeout); f.calls.Load() != 1 && time.Now().Before(deadline); {
+		f.wakeAll()
+		time.Sleep(100 * time.Microsecond)
+	}
 	for i := range f.peers {
 		p := &f.peers[i]
 		closed := map[*conn]bool{}
@@ -417,17 +468,17 @@ func (f *Fabric) Close() error {
 	if f.dev != nil {
 		keep(f.dev.Close())
 	}
-	// A call made after Close (a misuse: windows and subgroups go first)
-	// fails with errClosed instead of touching what was released: every
-	// peer reads as lost, which every call checks before anything else.
-	peers, msgPeers := f.peers, f.m.peers
-	*f = Fabric{rank: f.rank, size: f.size, peers: peers}
-	f.m.peers = msgPeers
-	f.reads.f = f
-	for i := range peers {
-		peers[i].lost.Store(&errClosed)
-	}
 	return errors.Join(errs...)
+}
+
+// wakeAll wakes the goroutines asleep on the completion channels.
+func (f *Fabric) wakeAll() {
+	if f.ch != nil {
+		f.ch.Wake()
+	}
+	if f.m.ch != nil {
+		f.m.ch.Wake()
+	}
 }
 
 // errClosed is what every call to a peer returns once the fabric is closed.

@@ -624,8 +624,18 @@ func (f *Fabric) MsgSize() int { return f.m.size }
 func (f *Fabric) Credits() int { return f.m.credits }
 
 // Acquire takes a credit for a request to rank and returns it with the
-// registered buffer to build the request in.
-func (f *Fabric) Acquire(ctx context.Context, rank int) (int, []byte, error) {
+// registered buffer to build the request in. Send or Release must follow.
+func (f *Fabric) Acquire(ctx context.Context, rank int) (c int, buf []byte, err error) {
+	// The call lasts until Send or Release: buf is the fabric's memory,
+	// which Close must not release under the caller.
+	if err := f.enter(); err != nil {
+		return 0, nil, err
+	}
+	defer func() {
+		if err != nil {
+			f.exit()
+		}
+	}()
 	if err := f.peerErr(rank); err != nil {
 		return 0, nil, err
 	}
@@ -674,6 +684,7 @@ func (f *Fabric) requestBuf(ctx context.Context, rank int) (uint16, error) {
 // slot, and if the connection to rank is being re-established, for it (at
 // most ReconnectTimeout), unless ctx ends first.
 func (f *Fabric) Send(ctx context.Context, rank, c, n int) error {
+	defer f.exit() // Acquire's enter
 	m := &f.m
 	if err := f.peerErr(rank); err != nil {
 		f.releaseCredit(rank, c)
@@ -726,10 +737,17 @@ func (f *Fabric) SyncEngine() {
 }
 
 // Release gives back a credit that was acquired but not sent.
-func (f *Fabric) Release(rank, c int) { f.releaseCredit(rank, c) }
+func (f *Fabric) Release(rank, c int) {
+	f.releaseCredit(rank, c)
+	f.exit() // Acquire's enter
+}
 
 // FlushMessages waits until every request to rank has been answered.
 func (f *Fabric) FlushMessages(ctx context.Context, rank int) error {
+	if err := f.enter(); err != nil {
+		return err
+	}
+	defer f.exit()
 	m := &f.m
 	p := &m.peers[rank]
 	return f.progressMsg(ctx, rank, func() bool { return len(p.free) == m.credits })
@@ -738,6 +756,10 @@ func (f *Fabric) FlushMessages(ctx context.Context, rank int) error {
 // WaitMessages drives progress until done reports true or ctx ends; done
 // should become true as replies from rank arrive.
 func (f *Fabric) WaitMessages(ctx context.Context, rank int, done func() bool) error {
+	if err := f.enter(); err != nil {
+		return err
+	}
+	defer f.exit()
 	return f.progressMsg(ctx, rank, done)
 }
 
@@ -853,6 +875,10 @@ func (f *Fabric) ReplyWaits() (slept, woken uint64) {
 
 // Progress polls both completion queues once, if nobody else is.
 func (f *Fabric) Progress() {
+	if f.enter() != nil {
+		return
+	}
+	defer f.exit()
 	if f.m.recvMu.TryLock() {
 		f.pollRecvLocked()
 		f.m.recvMu.Unlock()

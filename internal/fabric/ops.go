@@ -13,6 +13,10 @@ import (
 // Write copies src to raddr at rank. It returns once the data is handed to
 // the NIC (src may be reused); Flush reports its completion.
 func (f *Fabric) Write(ctx context.Context, rank int, src []byte, raddr uint64, rkey uint32) error {
+	if err := f.enter(); err != nil {
+		return err
+	}
+	defer f.exit()
 	p := &f.peers[rank]
 	if len(src) <= f.maxInline {
 		id, err := f.acquireSlot(ctx, rank, true)
@@ -74,6 +78,10 @@ func (f *Fabric) Write(ctx context.Context, rank int, src []byte, raddr uint64, 
 // Read copies len(dst) bytes from raddr at rank into dst and returns when
 // they are there.
 func (f *Fabric) Read(ctx context.Context, rank int, dst []byte, raddr uint64, rkey uint32) error {
+	if err := f.enter(); err != nil {
+		return err
+	}
+	defer f.exit()
 	if n := len(dst); n > 0 && n <= 8 {
 		// Small: into the slot's own 8 bytes, no staging chunk.
 		id, err := f.readSmall(ctx, rank, raddr, rkey, n)
@@ -117,6 +125,10 @@ type Segment struct {
 // free it completes its own pending reads first, so that concurrent calls
 // never hold every slot while each waits for one more.
 func (f *Fabric) ReadV(ctx context.Context, rank int, rkey uint32, dst []byte, segs []Segment) error {
+	if err := f.enter(); err != nil {
+		return err
+	}
+	defer f.exit()
 	if err := f.peerErr(rank); err != nil {
 		return err
 	}
@@ -210,12 +222,20 @@ func (f *Fabric) ReadV(ctx context.Context, rank int, rkey uint32, dst []byte, s
 // FetchAdd atomically adds add to the 8-byte word at raddr and returns its
 // old value.
 func (f *Fabric) FetchAdd(ctx context.Context, rank int, raddr uint64, rkey uint32, add uint64) (uint64, error) {
+	if err := f.enter(); err != nil {
+		return 0, err
+	}
+	defer f.exit()
 	return f.atomic(ctx, rank, raddr, rkey, true, add, 0)
 }
 
 // CompareSwap atomically replaces the 8-byte word at raddr by swap if it
 // equals compare, and returns its old value.
 func (f *Fabric) CompareSwap(ctx context.Context, rank int, raddr uint64, rkey uint32, compare, swap uint64) (uint64, error) {
+	if err := f.enter(); err != nil {
+		return 0, err
+	}
+	defer f.exit()
 	return f.atomic(ctx, rank, raddr, rkey, false, compare, swap)
 }
 
@@ -297,6 +317,10 @@ const wordRing = 16
 // at the first failure, or when ctx ends (those posted are applied, the
 // others not; those still in flight then complete without touching olds).
 func (f *Fabric) Words(ctx context.Context, rank int, rkey uint32, fadd bool, addrs, vals, olds []uint64) error {
+	if err := f.enter(); err != nil {
+		return err
+	}
+	defer f.exit()
 	kind := wordRead
 	if fadd {
 		kind = wordFetchAdd
@@ -365,6 +389,10 @@ func (f *Fabric) waitWord(ctx context.Context, id uint32) (uint64, error) {
 // Read8 reads the aligned 8-byte word at raddr with one RDMA READ, which is
 // atomic with respect to NIC atomics and to the target CPU's aligned stores.
 func (f *Fabric) Read8(ctx context.Context, rank int, raddr uint64, rkey uint32) (uint64, error) {
+	if err := f.enter(); err != nil {
+		return 0, err
+	}
+	defer f.exit()
 	id, err := f.readSmall(ctx, rank, raddr, rkey, 8)
 	if err != nil {
 		return 0, err
@@ -377,6 +405,10 @@ func (f *Fabric) Read8(ctx context.Context, rank int, raddr uint64, rkey uint32)
 // Flush waits until every request posted to rank so far has completed and
 // returns the first error of a fire-and-forget request among them.
 func (f *Fabric) Flush(ctx context.Context, rank int) error {
+	if err := f.enter(); err != nil {
+		return err
+	}
+	defer f.exit()
 	p := &f.peers[rank]
 	target := p.posted.Load()
 	if err := f.progressUntil(ctx, func() bool { return p.completed.Load() >= target }, nil); err != nil {
@@ -391,6 +423,10 @@ func (f *Fabric) Flush(ctx context.Context, rank int) error {
 
 // FlushAll flushes every rank.
 func (f *Fabric) FlushAll(ctx context.Context) error {
+	if err := f.enter(); err != nil {
+		return err
+	}
+	defer f.exit()
 	var first error
 	for r := range f.peers {
 		if err := f.Flush(ctx, r); err != nil && first == nil {

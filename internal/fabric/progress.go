@@ -99,6 +99,9 @@ func (f *Fabric) progressUntil(ctx context.Context, done func() bool, s *slot) e
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		if f.isClosing() {
+			return errClosed
+		}
 		if f.pollMu.TryLock() {
 			n := f.pollLocked()
 			if n == 0 && !done() {
@@ -204,6 +207,10 @@ func (f *Fabric) wait(ctx context.Context, id uint32) (abandoned bool, err error
 // Settled is settled for the packages of this module: an error of a call
 // to rank that may stand for rank's death becomes ErrPeerLost if it does.
 func (f *Fabric) Settled(ctx context.Context, rank int, err error) error {
+	if err := f.enter(); err != nil {
+		return err
+	}
+	defer f.exit()
 	return f.settled(ctx, rank, err)
 }
 

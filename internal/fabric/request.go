@@ -113,6 +113,12 @@ func (rs *Reads) StartV(op *ReadOp, rank int, rkey uint32, dst []byte, segs []Se
 	op.headID.Store(-1)
 	op.mu.Lock()
 	defer op.mu.Unlock()
+	if err := rs.f.enter(); err != nil {
+		op.fail(err)
+		op.settleLocked()
+		return
+	}
+	defer rs.f.exit()
 	total := 0
 	for _, s := range segs {
 		if s.Len < 0 {
@@ -149,7 +155,13 @@ func (op *ReadOp) Test() bool {
 	if op.Done() {
 		return true
 	}
-	op.rs.f.Progress()
+	f := op.rs.f
+	if err := f.enter(); err != nil {
+		op.failClosed(err)
+		return true
+	}
+	defer f.exit()
+	f.Progress()
 	op.mu.Lock()
 	op.harvestLocked()
 	op.postLocked()
@@ -162,6 +174,11 @@ func (op *ReadOp) Test() bool {
 // ends and returns its error; the read then goes on (Abandon stops it).
 func (op *ReadOp) Complete(ctx context.Context) error {
 	f := op.rs.f
+	if err := f.enter(); err != nil {
+		op.failClosed(err)
+		return err
+	}
+	defer f.exit()
 	headReady := func() bool {
 		id := op.headID.Load()
 		return id < 0 || op.state.Load() != readActive || f.slots[id].state.Load() != slotBusy
@@ -186,6 +203,8 @@ func (op *ReadOp) Complete(ctx context.Context) error {
 			if err := f.progressUntil(ctx, headReady, nil); err != nil {
 				return err
 			}
+		case f.isClosing():
+			return errClosed
 		default:
 			// Nothing could be posted: the budget is held by other reads
 			// (harvested as their pieces finish) or the fabric's slots or
@@ -224,6 +243,18 @@ func (op *ReadOp) Abandon() bool {
 	op.rs.give(op, slots, chunks)
 	op.state.Store(readAbandoned)
 	return true
+}
+
+// failClosed ends the read with err, the fabric's being closed: what is
+// in flight never completes, and dst is not written again.
+func (op *ReadOp) failClosed(err error) {
+	op.mu.Lock()
+	if op.state.Load() == readActive {
+		op.fail(err)
+		op.head = op.tail
+		op.settleLocked()
+	}
+	op.mu.Unlock()
 }
 
 func (op *ReadOp) fail(err error) {

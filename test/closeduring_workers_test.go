@@ -1,0 +1,120 @@
+//go:build integration
+
+package test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/onesided/rma/datatype"
+	"github.com/onesided/rma/group"
+	"github.com/onesided/rma/op"
+	"github.com/onesided/rma/verbs"
+	"github.com/onesided/rma/win"
+)
+
+func init() { workers["closeduring"] = workCloseDuring }
+
+// workCloseDuring: while goroutines make every kind of call to the other
+// rank (NIC atomics, READs, WRITEs of a MiB, engine accumulates and a Get
+// through the engine, flushes), the group is closed under them (a misuse:
+// windows go first). Every call must then return an error matching
+// verbs.ErrClosed or ErrPeerLost (the peer closes too) within seconds; the
+// process must not crash.
+func workCloseDuring(ctx context.Context, g *group.Group) error {
+	w, err := win.Allocate(ctx, g, 2<<20, 1)
+	if err != nil {
+		return err
+	}
+	if err := w.LockAll(ctx); err != nil {
+		return err
+	}
+	if err := g.Barrier(ctx); err != nil {
+		return err
+	}
+	peer := 1 - g.Rank()
+	vec, err := datatype.Vector(500, 1, 2, datatype.Int32.Type())
+	if err != nil {
+		return err
+	}
+	calls := []struct {
+		name string
+		f    func(ctx context.Context) error
+	}{
+		{"FetchAndOp", func(ctx context.Context) error {
+			_, err := win.FetchAndOp(ctx, w, int64(1), peer, 0, op.Sum)
+			return err
+		}},
+		{"Get", func(ctx context.Context) error { return w.Get(ctx, make([]byte, 64), peer, 64) }},
+		{"Put of 1 MiB and Flush", func(ctx context.Context) error {
+			if err := w.Put(ctx, make([]byte, 1<<20), peer, 1<<20); err != nil {
+				return err
+			}
+			return w.Flush(ctx, peer)
+		}},
+		{"Accumulate and Flush", func(ctx context.Context) error {
+			if err := w.Accumulate(ctx, make([]byte, 64), datatype.Float64, peer, 128, op.Sum); err != nil {
+				return err
+			}
+			return w.Flush(ctx, peer)
+		}},
+		{"GetTo through the engine", func(ctx context.Context) error {
+			return w.GetTo(ctx, win.Buffer{Data: make([]byte, 2000), Type: datatype.Int32.Type(), Count: 500},
+				win.Region{Rank: peer, Disp: 4096, Type: vec, Count: 1})
+		}},
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	type outcome struct {
+		n    int
+		err  error
+		took time.Duration
+	}
+	outs := make([]outcome, len(calls))
+	var closedAt time.Time
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i, c := range calls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 0; ; n++ {
+				if err := safely(func() error { return c.f(cctx) }); err != nil {
+					mu.Lock()
+					outs[i] = outcome{n, err, time.Since(closedAt)}
+					mu.Unlock()
+					return
+				}
+			}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond)
+	mu.Lock()
+	closedAt = time.Now()
+	mu.Unlock()
+	cerr := g.Close()
+	fmt.Printf("Close under %d goroutines' calls: %v\n", len(calls), cerr)
+	wg.Wait()
+	var bad []error
+	for i, o := range outs {
+		fmt.Printf("%s: %d calls, then %v (%v after Close began)\n", calls[i].name, o.n, o.err, o.took.Round(time.Millisecond))
+		if !errors.Is(o.err, verbs.ErrClosed) && !errors.Is(o.err, win.ErrPeerLost) {
+			bad = append(bad, fmt.Errorf("%s: %v, want an error matching verbs.ErrClosed or win.ErrPeerLost", calls[i].name, o.err))
+		}
+		if o.n == 0 {
+			bad = append(bad, fmt.Errorf("%s: no call succeeded before Close", calls[i].name))
+		}
+	}
+	// Free, after the group: it fails, and releases this rank's part.
+	if err := w.Free(cctx); !errors.Is(err, verbs.ErrClosed) {
+		bad = append(bad, fmt.Errorf("Free after the group's Close: %v, want an error matching verbs.ErrClosed", err))
+	}
+	if err := errors.Join(bad...); err != nil {
+		return err
+	}
+	fmt.Println("closeduring=ok")
+	return nil
+}
