@@ -1224,6 +1224,25 @@ func workConfProcNull(ctx context.Context, g *group.Group) error {
 	calls("before any epoch", false, false)
 	if l.ok("LockAll", w.LockAll(ctx)) {
 		calls("in a LockAll epoch", true, true)
+		// What MPI forbids whatever the target is refused for ProcNull
+		// too, as MPICH checks the op and datatype before it returns.
+		l.step = "arguments MPI forbids, to ProcNull"
+		f64 := datatype.Float64.Type()
+		l.is("Accumulate(BAND, float64)", safely(func() error { return w.Accumulate(ctx, b8, datatype.Float64, pn, 0, op.Band) }), op.ErrOpDatatype)
+		l.is("Accumulate(NO_OP)", safely(func() error { return w.Accumulate(ctx, b8, datatype.Int64, pn, 0, op.NoOp) }), op.ErrOpUse)
+		l.is("GetAccumulateTo(LAND, float64)", safely(func() error {
+			return w.GetAccumulateTo(ctx, win.Buffer{Data: b8, Type: f64, Count: 1}, win.Buffer{Data: res(8), Type: f64, Count: 1},
+				win.Region{Rank: pn, Type: f64, Count: 1}, op.Land)
+		}), op.ErrOpDatatype)
+		l.is("RGetAccumulate(BOR, float64)", safely(func() error {
+			_, err := w.RGetAccumulate(ctx, win.Buffer{Data: b8, Type: f64, Count: 1}, win.Buffer{Data: res(8), Type: f64, Count: 1},
+				win.Region{Rank: pn, Type: f64, Count: 1}, op.Bor)
+			return err
+		}), op.ErrOpDatatype)
+		l.is("FetchAndOp(BXOR, float64)", safely(func() error { return w.FetchAndOp(ctx, b8, res(8), datatype.Float64, pn, 0, op.Bxor) }), op.ErrOpDatatype)
+		l.is("FetchAndOp with a 4-byte result", safely(func() error { return w.FetchAndOp(ctx, b8, res(4), datatype.Int64, pn, 0, op.Sum) }), win.ErrInvalid)
+		l.is("CompareAndSwap(float64)", safely(func() error { return w.CompareAndSwap(ctx, b8, b8, res(8), datatype.Float64, pn, 0) }), op.ErrOpDatatype)
+		l.step = ""
 		l.ok("UnlockAll", w.UnlockAll(ctx))
 	}
 	// MPICH's rmanull test makes its calls to ProcNull between Lock and

@@ -81,6 +81,9 @@ func elements(b []byte, dt datatype.Basic) (int, error) {
 // must not overlap and must lie in the target's window.
 func (w *Window) AccumulateTo(ctx context.Context, origin Buffer, t Region, o op.Op) error {
 	if t.Rank == ProcNull {
+		if err := nullOp(o, op.Accumulate, t); err != nil {
+			return err
+		}
 		return w.nullCall()
 	}
 	basic, d, err := w.check(ctx, o, op.Accumulate, &origin, nil, &t)
@@ -97,6 +100,9 @@ func (w *Window) AccumulateTo(ctx context.Context, origin Buffer, t Region, o op
 // GetAccumulateTo is GetAccumulate with derived datatypes.
 func (w *Window) GetAccumulateTo(ctx context.Context, origin, result Buffer, t Region, o op.Op) error {
 	if t.Rank == ProcNull {
+		if err := nullOp(o, op.GetAccumulate, t); err != nil {
+			return err
+		}
 		return w.nullCall()
 	}
 	if o == op.NoOp {
@@ -107,6 +113,16 @@ func (w *Window) GetAccumulateTo(ctx context.Context, origin, result Buffer, t R
 		return err
 	}
 	return w.fetching(ctx, o, origin, result, t, d)
+}
+
+// nullOp checks the op and datatype of an accumulate-family call to
+// ProcNull, which MPI forbids whatever the target, as MPICH does before it
+// returns for MPI_PROC_NULL.
+func nullOp(o op.Op, use op.Use, t Region) error {
+	if !t.Type.Valid() {
+		return fmt.Errorf("%w: invalid target datatype", ErrInvalid)
+	}
+	return opErr(op.Check(o, t.Type.Basic(), use))
 }
 
 // dest is a resolved target: the region and the byte offset of the

@@ -59,7 +59,10 @@
 // A call with the target rank ProcNull (MPI_PROC_NULL) does nothing and
 // succeeds inside the epoch a call to any rank would need (ErrEpoch
 // outside it, as in MPICH): an access epoch of any kind for an RMA call, a
-// passive-target one for a request-based call or a Flush. Lock and Unlock
+// passive-target one for a request-based call or a Flush. What MPI
+// forbids whatever the target is refused first, as MPICH does: an op or
+// datatype an accumulate-family call does not take, buffers of
+// FetchAndOp and CompareAndSwap that do not hold one element. Lock and Unlock
 // of ProcNull open and close such an epoch for calls to ProcNull, as
 // MPICH's rmanull test uses them. A call that moves no
 // data (a zero count, or a datatype of size zero) succeeds without touching

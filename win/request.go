@@ -478,6 +478,9 @@ func (w *Window) RGetTo(ctx context.Context, result Buffer, t Region) (*Request,
 // the atomics complete before the call returns, and so does the request.
 func (w *Window) RGetAccumulate(ctx context.Context, origin, result Buffer, t Region, o op.Op) (*Request, error) {
 	if t.Rank == ProcNull {
+		if err := nullOp(o, op.GetAccumulate, t); err != nil {
+			return nil, err
+		}
 		return w.nullRequest()
 	}
 	if err := w.passive(t.Rank, "request-based RMA call"); err != nil {

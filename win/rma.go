@@ -110,15 +110,16 @@ func (w *Window) Get(ctx context.Context, result []byte, target, disp int) error
 // (MPI_Fetch_and_op). origin and result hold one dt each (origin is
 // ignored for NO_OP). It returns when result holds the old value.
 func (w *Window) FetchAndOp(ctx context.Context, origin, result []byte, dt datatype.Basic, target, disp int, o op.Op) error {
-	if target == ProcNull {
-		return w.nullCall()
-	}
+	// The arguments are checked first, also for ProcNull (as in MPICH).
 	if err := op.Check(o, dt, op.GetAccumulate); err != nil {
 		return opErr(err)
 	}
 	n := dt.Size()
 	if len(result) != n || (o != op.NoOp && len(origin) != n) {
 		return fmt.Errorf("%w: FetchAndOp on %v takes %d-byte buffers (origin %d, result %d)", ErrInvalid, dt, n, len(origin), len(result))
+	}
+	if target == ProcNull {
+		return w.nullCall()
 	}
 	if !w.policy.Declared(o, dt) {
 		return fmt.Errorf("%w: %v on %v", ErrUndeclared, o, dt)
@@ -161,15 +162,16 @@ func (w *Window) FetchAndOp(ctx context.Context, origin, result []byte, dt datat
 // origin if it equals compare, and returns its old value in result
 // (MPI_Compare_and_swap). It returns when result holds the old value.
 func (w *Window) CompareAndSwap(ctx context.Context, origin, compare, result []byte, dt datatype.Basic, target, disp int) error {
-	if target == ProcNull {
-		return w.nullCall()
-	}
+	// The arguments are checked first, also for ProcNull (as in MPICH).
 	if err := op.CheckCompareAndSwap(dt); err != nil {
 		return opErr(err)
 	}
 	n := dt.Size()
 	if len(origin) != n || len(compare) != n || len(result) != n {
 		return fmt.Errorf("%w: CompareAndSwap on %v takes %d-byte buffers", ErrInvalid, dt, n)
+	}
+	if target == ProcNull {
+		return w.nullCall()
 	}
 	if w.policy.CompareAndSwap(dt) == atomics.Engine {
 		return w.compareAndSwapEngine(ctx, origin, compare, result, dt, target, disp)
