@@ -137,3 +137,39 @@ func TestTypedResultOnError(t *testing.T) {
 		}
 	}
 }
+
+func TestManyBlocks(t *testing.T) {
+	i32 := datatype.Int32.Type()
+	vec := func(count, blen, stride int) datatype.Type {
+		t.Helper()
+		v, err := datatype.Vector(count, blen, stride, i32)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	for _, c := range []struct {
+		name     string
+		r        Region
+		put, get bool // through the engine
+	}{
+		{"3000 blocks of 12 bytes", Region{Type: vec(3000, 3, 4), Count: 1}, true, true},
+		{"2 blocks of 4 bytes", Region{Type: vec(2, 1, 2), Count: 1}, true, true},
+		{"1000 blocks of 1 KiB", Region{Type: vec(1000, 256, 512), Count: 1}, false, true},
+		{"1000 blocks of 1020 bytes", Region{Type: vec(1000, 255, 512), Count: 1}, true, true},
+		{"4 blocks of 4 KiB", Region{Type: vec(4, 1024, 2048), Count: 1}, false, false},
+		{"contiguous, 1000 elements", Region{Type: i32, Count: 1000}, false, false},
+		{"one block of a strided type", Region{Type: vec(1, 3, 4), Count: 1}, false, false},
+		// Adjacent instances merge: 100 x vector(1, 3, 4) is 100 blocks
+		// (the extent is 12 bytes, so one block).
+		{"100 instances of a one-block type", Region{Type: vec(1, 3, 4), Count: 100}, false, false},
+		{"100 instances of a two-block type", Region{Type: vec(2, 1, 2), Count: 100}, true, true},
+	} {
+		if got := manyBlocks(c.r, putEngineBlock); got != c.put {
+			t.Errorf("%s: Put through the engine %v, want %v", c.name, got, c.put)
+		}
+		if got := manyBlocks(c.r, getEngineBlock); got != c.get {
+			t.Errorf("%s: Get through the engine %v, want %v", c.name, got, c.get)
+		}
+	}
+}
