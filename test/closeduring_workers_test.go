@@ -4,9 +4,12 @@ package test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/onesided/rma/datatype"
@@ -116,5 +119,101 @@ func workCloseDuring(ctx context.Context, g *group.Group) error {
 		return err
 	}
 	fmt.Println("closeduring=ok")
+	return nil
+}
+
+func init() { workers["reqclose"] = workReqClose }
+
+// workReqClose: requests whose replies can no longer come complete, with
+// an error, by Test and Waitany as by Wait. Rank 1 stops itself (SIGSTOP),
+// so that its engine answers nothing; rank 0 starts an RGetTo of many
+// small blocks and two RGetAccumulates to it (all through rank 1's engine),
+// closes its group, and then completes them: the first by calling Test
+// until it reports done, the others by Waitany. Then it resumes rank 1
+// (SIGCONT), which frees what it has and finishes.
+func workReqClose(ctx context.Context, g *group.Group) error {
+	w, err := win.Allocate(ctx, g, 1<<16, 1)
+	if err != nil {
+		return err
+	}
+	pids, err := g.AllGather(ctx, binary.NativeEndian.AppendUint64(nil, uint64(os.Getpid())))
+	if err != nil {
+		return err
+	}
+	if g.Rank() == 0 {
+		if err := w.LockAll(ctx); err != nil {
+			return err
+		}
+	}
+	if err := g.Barrier(ctx); err != nil {
+		return err
+	}
+	if g.Rank() == 1 {
+		syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		// Resumed by rank 0 after its Close: rank 0 is gone.
+		fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		fmt.Printf("Free after the peer closed its group: %v\n", w.Free(fctx))
+		fmt.Println("reqclose=ok")
+		return nil
+	}
+	time.Sleep(300 * time.Millisecond) // rank 1 has stopped
+	i32 := datatype.Int32.Type()
+	vec, err := datatype.Vector(100, 1, 2, i32)
+	if err != nil {
+		return err
+	}
+	var reqs []*win.Request
+	r, err := w.RGetTo(ctx, win.Buffer{Data: make([]byte, 400), Type: i32, Count: 100}, win.Region{Rank: 1, Type: vec, Count: 1})
+	if err != nil {
+		return fmt.Errorf("RGetTo: %w", err)
+	}
+	reqs = append(reqs, r)
+	f64 := datatype.Float64.Type()
+	for k := 0; k < 2; k++ {
+		r, err := w.RGetAccumulate(ctx, win.Buffer{Data: make([]byte, 8), Type: f64, Count: 1}, win.Buffer{Data: make([]byte, 8), Type: f64, Count: 1},
+			win.Region{Rank: 1, Disp: 1024 + 8*k, Type: f64, Count: 1}, op.Sum)
+		if err != nil {
+			return fmt.Errorf("RGetAccumulate: %w", err)
+		}
+		reqs = append(reqs, r)
+	}
+	if done, err := reqs[0].Test(); done {
+		return fmt.Errorf("RGetTo done (%v) while its target is stopped", err)
+	}
+	fmt.Printf("Close with 3 requests in flight: %v\n", g.Close())
+	var bad []error
+	start := time.Now()
+	calls := 0
+	for ; calls < 100000 && time.Since(start) < 10*time.Second; calls++ {
+		if done, err := reqs[0].Test(); done {
+			fmt.Printf("Test: done after %d calls (%v): %v\n", calls+1, time.Since(start).Round(time.Millisecond), err)
+			if !errors.Is(err, verbs.ErrClosed) {
+				bad = append(bad, fmt.Errorf("Test of the RGetTo after Close: %v, want an error matching verbs.ErrClosed", err))
+			}
+			break
+		}
+	}
+	if calls == 100000 || time.Since(start) >= 10*time.Second {
+		bad = append(bad, fmt.Errorf("Test of the RGetTo after Close: still not done after %d calls (%v)", calls, time.Since(start).Round(time.Millisecond)))
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for k := 0; k < 2; k++ {
+		i, err := win.Waitany(wctx, reqs[1:])
+		fmt.Printf("Waitany: %d, %v\n", i, err)
+		if i == win.Undefined || !errors.Is(err, verbs.ErrClosed) {
+			bad = append(bad, fmt.Errorf("Waitany of the RGetAccumulates after Close: %d, %v, want an index and an error matching verbs.ErrClosed", i, err))
+			break
+		}
+	}
+	syscall.Kill(int(binary.NativeEndian.Uint64(pids[1])), syscall.SIGCONT)
+	if err := w.Free(wctx); !errors.Is(err, verbs.ErrClosed) {
+		bad = append(bad, fmt.Errorf("Free after the group's Close: %v, want an error matching verbs.ErrClosed", err))
+	}
+	if err := errors.Join(bad...); err != nil {
+		return err
+	}
+	fmt.Println("reqclose=ok")
 	return nil
 }

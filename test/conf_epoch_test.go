@@ -1222,6 +1222,11 @@ func workConfProcNull(ctx context.Context, g *group.Group) error {
 		l.step = ""
 	}
 	calls("before any epoch", false, false)
+	l.is("RAccumulate(BAND, float64) to ProcNull before any epoch: the op first", safely(func() error {
+		_, err := w.RAccumulate(ctx, win.Buffer{Data: b8, Type: datatype.Float64.Type(), Count: 1},
+			win.Region{Rank: pn, Type: datatype.Float64.Type(), Count: 1}, op.Band)
+		return err
+	}), op.ErrOpDatatype)
 	if l.ok("LockAll", w.LockAll(ctx)) {
 		calls("in a LockAll epoch", true, true)
 		// What MPI forbids whatever the target is refused for ProcNull

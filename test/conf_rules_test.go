@@ -488,3 +488,10 @@ func TestCloseDuringCalls(t *testing.T) {
 	l := newLaunch(t, "closeduring", 2)
 	finished(t, l.run(2*time.Minute), "closeduring")
 }
+
+// TestRequestsAfterClose: requests whose target stopped answering complete
+// with an error once the group is closed, by Test as by Waitany.
+func TestRequestsAfterClose(t *testing.T) {
+	l := newLaunch(t, "reqclose", 2)
+	finished(t, l.run(2*time.Minute), "reqclose")
+}

@@ -53,6 +53,8 @@ func (l link) CompareSwap(ctx context.Context, rank int, raddr uint64, rkey uint
 	return l.f.CompareSwap(ctx, l.rank(rank), raddr, rkey, compare, swap)
 }
 
+func (l link) ProgressMessages(rank int) { l.f.ProgressMessages(l.rank(rank)) }
+
 func (l link) Flush(ctx context.Context, rank int) error {
 	return l.f.Flush(ctx, l.rank(rank))
 }
@@ -90,4 +92,3 @@ func (l link) Register(mem []byte, access verbs.Access) (*verbs.MR, error) {
 }
 func (l link) SyncEngine()  { l.f.SyncEngine() }
 func (l link) MsgSize() int { return l.f.MsgSize() }
-func (l link) Progress()    { l.f.Progress() }

@@ -125,7 +125,7 @@ func (r *Request) Test() (bool, error) {
 	case reqRead:
 		r.rd.Test()
 	case reqFetch:
-		r.w.f.Progress()
+		r.w.f.ProgressMessages(r.rank) // fails the request if its target is gone
 	}
 	r.finish()
 	if r.done.Load() {
@@ -390,6 +390,11 @@ func (w *Window) RPutTo(ctx context.Context, origin Buffer, t Region) (*Request,
 // applied by NIC atomics, before the call returns); a flush or the end of
 // the epoch completes it at the target.
 func (w *Window) RAccumulate(ctx context.Context, origin Buffer, target Region, o op.Op) (*Request, error) {
+	if target.Rank == ProcNull {
+		if err := nullOp(o, op.Accumulate, target); err != nil {
+			return nil, err
+		}
+	}
 	if err := w.passive(target.Rank, "request-based RMA call"); err != nil {
 		return nil, err
 	}

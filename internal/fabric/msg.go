@@ -873,6 +873,17 @@ func (f *Fabric) ReplyWaits() (slept, woken uint64) {
 	return f.m.slept.Load(), f.m.woken.Load()
 }
 
+// ProgressMessages is Progress for a caller that waits for replies from
+// rank without blocking (a request's Test): if rank is gone, or the fabric
+// closed, its requests in flight are failed (Handlers.Fail), as a wait for
+// them would.
+func (f *Fabric) ProgressMessages(rank int) {
+	f.Progress()
+	if err := f.peerErr(rank); err != nil {
+		f.failCredits(rank, err)
+	}
+}
+
 // Progress polls both completion queues once, if nobody else is.
 func (f *Fabric) Progress() {
 	if f.enter() != nil {
