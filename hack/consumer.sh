@@ -405,7 +405,7 @@ func ranks(ctx context.Context) {
 
 	w, err := win.Allocate(ctx, g, words*8, 8)
 	must(err, "win.Allocate")
-	eq("Info()", fmt.Sprintf("%+v", w.Info()), fmt.Sprintf("{AccumulateOps:same_op_no_op AccumulateOrdering:rar,raw,war,waw Size:%d DispUnit:8}", words*8))
+	eq("Info()", fmt.Sprintf("%+v", w.Info()), fmt.Sprintf("{AccumulateOps:same_op_no_op AccumulateOrdering:rar,raw,war,waw PackSmallBlocks:false Size:%d DispUnit:8}", words*8))
 	eq("Flavor()", w.Flavor(), win.FlavorAllocate)
 	wantRoute := atomics.Engine
 	if nicAll {

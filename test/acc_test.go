@@ -100,11 +100,12 @@ func TestLatency(t *testing.T) {
 	}
 }
 
-// TestPutGetManyBlocks: Put, Get and Rget whose target layout has 3000
-// blocks of 12 bytes go to the target's engine packed (a few requests,
-// not one RDMA operation per block), and land where the layout says in
-// passive, fence and PSCW epochs and in a dynamic window; a layout of
-// 4 KiB blocks goes by RDMA (no engine request).
+// TestPutGetManyBlocks: with PackSmallBlocks, Put, Get and Rget whose
+// target layout has 3000 blocks of 12 bytes go to the target's engine
+// packed (a few requests, not one RDMA operation per block), and land
+// where the layout says in passive, fence and PSCW epochs and in a dynamic
+// window; a layout of 4 KiB blocks goes by RDMA (no engine request), and
+// so does the small-block one on a window without the option.
 func TestPutGetManyBlocks(t *testing.T) {
 	l := newLaunch(t, "manyblocks", 3)
 	outs := l.run(5 * time.Minute)
@@ -116,6 +117,9 @@ func TestPutGetManyBlocks(t *testing.T) {
 		}
 		if b := value(t, out, "big_requests"); b != "0" {
 			t.Errorf("rank %d: its engine applied %s requests for a PutTo and a GetTo of 4 KiB blocks, want 0 (RDMA)", r, b)
+		}
+		if p := value(t, out, "plain_requests"); p != "0" {
+			t.Errorf("rank %d: its engine applied %s requests for a PutTo and a GetTo of 3000 blocks without PackSmallBlocks, want 0 (RDMA)", r, p)
 		}
 	}
 }

@@ -28,7 +28,7 @@ func init() { workers["closeduring"] = workCloseDuring }
 // verbs.ErrClosed or ErrPeerLost (the peer closes too) within seconds; the
 // process must not crash.
 func workCloseDuring(ctx context.Context, g *group.Group) error {
-	w, err := win.Allocate(ctx, g, 2<<20, 1)
+	w, err := win.Allocate(ctx, g, 2<<20, 1, win.PackSmallBlocks())
 	if err != nil {
 		return err
 	}
@@ -127,12 +127,12 @@ func init() { workers["reqclose"] = workReqClose }
 // workReqClose: requests whose replies can no longer come complete, with
 // an error, by Test and Waitany as by Wait. Rank 1 stops itself (SIGSTOP),
 // so that its engine answers nothing; rank 0 starts an RGetTo of many
-// small blocks and two RGetAccumulates to it (all through rank 1's engine),
-// closes its group, and then completes them: the first by calling Test
+// small blocks (its window made with PackSmallBlocks) and two
+// RGetAccumulates to it, all through rank 1's engine, closes its group, and then completes them: the first by calling Test
 // until it reports done, the others by Waitany. Then it resumes rank 1
 // (SIGCONT), which frees what it has and finishes.
 func workReqClose(ctx context.Context, g *group.Group) error {
-	w, err := win.Allocate(ctx, g, 1<<16, 1)
+	w, err := win.Allocate(ctx, g, 1<<16, 1, win.PackSmallBlocks())
 	if err != nil {
 		return err
 	}

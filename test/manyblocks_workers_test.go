@@ -86,9 +86,11 @@ func mbResult(n int) []byte {
 	return b
 }
 
-// workManyBlocks: Put and Get whose target layouts have many small blocks
-// (which go to the target's engine packed) and a few big ones (which go
-// by RDMA), in passive, fence and PSCW epochs and into a dynamic window.
+// workManyBlocks: on windows made with PackSmallBlocks, Put and Get whose
+// target layouts have many small blocks (which go to the target's engine
+// packed) and a few big ones (which go by RDMA), in passive, fence and PSCW
+// epochs and into a dynamic window; on a window without it, the small
+// blocks by RDMA.
 // Each rank writes to and reads from the next rank; every target checks
 // its memory after the epoch, every origin its results, and each rank
 // counts the engine requests its target applied in each phase.
@@ -105,9 +107,12 @@ func workManyBlocks(ctx context.Context, g *group.Group) error {
 	if err != nil {
 		return err
 	}
-	w, err := win.Allocate(ctx, g, mbWin+8*4*mbBig, 1)
+	w, err := win.Allocate(ctx, g, mbWin+8*4*mbBig, 1, win.PackSmallBlocks())
 	if err != nil {
 		return err
+	}
+	if !w.Info().PackSmallBlocks {
+		return fmt.Errorf("Info of a window made with PackSmallBlocks: %+v", w.Info())
 	}
 	mem := w.Bytes()
 	for i := 0; i < len(mem); i += 4 {
@@ -200,6 +205,44 @@ func workManyBlocks(ctx context.Context, g *group.Group) error {
 		return err
 	}
 
+	// Without PackSmallBlocks, the small-block layout goes by RDMA too.
+	wp, err := win.Allocate(ctx, g, mbWin, 1)
+	if err != nil {
+		return err
+	}
+	plainN, err := applied(func() error {
+		if err := wp.LockAll(ctx); err != nil {
+			return err
+		}
+		o, err := mbOrigin(me, 6, mbElems)
+		if err != nil {
+			return err
+		}
+		if err := wp.PutTo(ctx, o, win.Region{Rank: next, Type: small, Count: 1}); err != nil {
+			return fmt.Errorf("PutTo by RDMA: %w", err)
+		}
+		if err := wp.Flush(ctx, next); err != nil {
+			return err
+		}
+		res := mbResult(mbElems)
+		if err := wp.GetTo(ctx, win.Buffer{Data: res, Type: o.Type, Count: 1}, win.Region{Rank: next, Type: small, Count: 1}); err != nil {
+			return fmt.Errorf("GetTo by RDMA: %w", err)
+		}
+		if err := mbCheckResult("GetTo by RDMA", res, me, 6, mbElems); err != nil {
+			return err
+		}
+		return wp.UnlockAll(ctx)
+	})
+	if err != nil {
+		return err
+	}
+	if err := mbCheckTarget("after the RDMA Put", wp.Bytes(), 0, prev, 6, 0); err != nil {
+		return err
+	}
+	if err := wp.Free(ctx); err != nil {
+		return err
+	}
+
 	// Fence: the closing fence completes the Put at the target.
 	if err := w.Fence(ctx, 0); err != nil {
 		return err
@@ -251,7 +294,7 @@ func workManyBlocks(ctx context.Context, g *group.Group) error {
 	}
 
 	// A dynamic window: the layout at an attached region's address.
-	dw, err := win.CreateDynamic(ctx, g)
+	dw, err := win.CreateDynamic(ctx, g, win.PackSmallBlocks())
 	if err != nil {
 		return err
 	}
@@ -301,6 +344,6 @@ func workManyBlocks(ctx context.Context, g *group.Group) error {
 	if err := dw.Free(ctx); err != nil {
 		return err
 	}
-	fmt.Printf("small_requests=%d\nbig_requests=%d\nmanyblocks=ok\n", small1, bigN)
+	fmt.Printf("small_requests=%d\nbig_requests=%d\nplain_requests=%d\nmanyblocks=ok\n", small1, bigN, plainN)
 	return nil
 }

@@ -11,7 +11,8 @@
 // unit) fails on every rank, there with its own error and elsewhere with
 // ErrNotCreated, and the group stays usable. Options declare
 // the accumulate ops a window uses (AccumulateOps, AnyOp) and its ordering
-// (AccumulateOrdering); Info reads them back.
+// (AccumulateOrdering), and whether this rank's Puts and Gets of many small
+// blocks go to the target's engine (PackSmallBlocks); Info reads them back.
 //
 // # Calls
 //
@@ -108,19 +109,11 @@
 // need an 8-byte aligned target address (ErrAlignment otherwise).
 //
 // Put and Get are RDMA WRITEs and READs, one per contiguous block of the
-// target layout, except when that layout has many small blocks: more than
-// one, averaging under 1 KiB for a Put (4 KiB for a Get, and RGetTo). Such
-// a call goes to the target's engine with its data packed, in as few
-// active messages as hold it (a Put is then applied as an Accumulate with
-// REPLACE, a Get as a GetAccumulate with NO_OP, each element whole), as
-// MPICH sends noncontiguous RMA that its network cannot describe as active
-// messages: on Soft-RoCE a Put of 30000 blocks of 12 bytes took 12 ms
-// this way against 575 ms one WRITE per block (a Get 11 ms against
-// 1.04 s), and across two hosts a Put of 5000 such blocks 8 ms against
-// 515 ms. Its completion is the same: the call returns when the origin
-// buffer may be reused (Put) or the result is there (Get), and a flush or
-// the end of the epoch completes a Put at the target. A Put whose target
-// layout overlaps itself stays on RDMA.
+// target layout: the target's CPU takes no part. A target layout of many
+// small blocks then costs a NIC round trip of work per block; with the
+// option PackSmallBlocks, an origin sends such a Put or Get packed to the
+// target's engine instead, as MPICH sends noncontiguous RMA as active
+// messages (tens of times faster on Soft-RoCE for blocks of a few bytes).
 //
 // # Concurrency
 //

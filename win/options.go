@@ -18,6 +18,7 @@ type config struct {
 	pairs   []atomics.Pair // declared (op, datatype) pairs; nil: same_op_no_op
 	anyOp   bool
 	ordered bool
+	pack    bool // PackSmallBlocks
 }
 
 // digest summarises the options every rank of a window must agree on:
@@ -56,16 +57,36 @@ func AnyOp() Option { return func(c *config) { c.anyOp = true; c.pairs = nil } }
 // engine accumulates to that target. With false ("none") that wait is skipped.
 func AccumulateOrdering(ordered bool) Option { return func(c *config) { c.ordered = ordered } }
 
+// PackSmallBlocks has this rank's PutTo, GetTo, RPutTo and RGetTo whose
+// target layout has many small blocks (more than one, averaging under
+// 1 KiB for a Put and 4 KiB for a Get) send their data packed to the
+// target's engine, in as few active messages as hold it, instead of one
+// RDMA WRITE or READ per block: the engine applies a Put as an Accumulate
+// with REPLACE and a Get as a GetAccumulate with NO_OP, each element
+// whole, as MPICH sends noncontiguous RMA that its network cannot describe
+// as active messages. On Soft-RoCE a Put of 30000 blocks of 12 bytes then
+// took 12 ms against 575 ms (a Get 11 ms against 1.04 s), and across two
+// hosts one of 5000 such blocks 8 ms against 515 ms. The price is that of
+// the accumulates: the target's CPU takes part (its engine goroutine
+// applies the data), where an RDMA Put or Get needs none. Completion is
+// unchanged (a flush or the end of the epoch completes a Put at the
+// target), and a Put whose target layout overlaps itself stays on RDMA.
+// Off by default: Put and Get are RDMA WRITEs and READs. Each rank
+// chooses for its own calls.
+func PackSmallBlocks() Option { return func(c *config) { c.pack = true } }
+
 // Info describes the window's settings, as MPI_Win_get_info would.
 type Info struct {
 	AccumulateOps      string // "same_op_no_op", "any_op", or the declared pairs
 	AccumulateOrdering string // "rar,raw,war,waw" or "none"
+	PackSmallBlocks    bool   // PackSmallBlocks was given (this rank)
 	Size, DispUnit     int    // this rank's window size in bytes and displacement unit
 }
 
 // Info returns the window's settings.
 func (w *Window) Info() Info {
-	i := Info{AccumulateOps: "same_op_no_op", AccumulateOrdering: "rar,raw,war,waw", Size: w.size, DispUnit: w.dispUnit}
+	i := Info{AccumulateOps: "same_op_no_op", AccumulateOrdering: "rar,raw,war,waw", PackSmallBlocks: w.cfg.pack,
+		Size: w.size, DispUnit: w.dispUnit}
 	switch {
 	case w.cfg.anyOp:
 		i.AccumulateOps = "any_op"

@@ -449,7 +449,7 @@ func (w *Window) RGetTo(ctx context.Context, result Buffer, t Region) (*Request,
 	if err != nil {
 		return nil, err
 	}
-	if manyBlocks(t, getEngineBlock) {
+	if w.packs(t, getEngineBlock) {
 		// Through the engine, as GetTo: the request completes with the reply.
 		return w.fetchRequest(ctx, op.NoOp, Buffer{Type: t.Type, Count: t.Count}, result, t, d)
 	}

@@ -254,7 +254,7 @@ func (w *Window) PutTo(ctx context.Context, origin Buffer, t Region) error {
 	if err != nil {
 		return err
 	}
-	if manyBlocks(t, putEngineBlock) && !t.Type.OverlapsN(t.Count) {
+	if w.packs(t, putEngineBlock) && !t.Type.OverlapsN(t.Count) {
 		return w.send(ctx, fallback.KindAccumulate, op.Replace, t.Type.Basic(), origin, t, d, &w.async[t.Rank])
 	}
 	data := packed(origin)
@@ -268,20 +268,21 @@ func (w *Window) PutTo(ctx context.Context, origin Buffer, t Region) error {
 	return err
 }
 
-// A Put or Get whose target layout has many small blocks goes to the
-// target's engine as packed data, in as many active messages as it fills
-// (a Put as an Accumulate with REPLACE, a Get as a GetAccumulate with
-// NO_OP), as MPICH does through active messages for noncontiguous target
-// datatypes its network cannot describe; one RDMA operation per block
-// costs about a round trip of work in the NIC for each (measured on
-// Soft-RoCE: 1000 blocks of 64 bytes took 19 ms to write one by one and
-// 1.2 ms through the engine; at 1 KiB blocks the two were even for writes,
-// at 4 KiB RDMA READs still lost). Many is more than one block, averaging
-// under putEngineBlock bytes for a Put and getEngineBlock for a Get.
+// With PackSmallBlocks, a Put or Get whose target layout has many small
+// blocks goes to the target's engine as packed data: one RDMA operation per
+// block costs about a round trip of work in the NIC for each. Many is more
+// than one block, averaging under putEngineBlock bytes for a Put and
+// getEngineBlock for a Get: on Soft-RoCE, writing 1000 blocks of 1 KiB one
+// by one and through the engine took about as long, and reading them took
+// 1.3 to 6 times longer one by one; at 4 KiB the two were even for reads.
 const (
 	putEngineBlock = 1 << 10
 	getEngineBlock = 4 << 10
 )
+
+// packs reports whether a Put (or, with avg getEngineBlock, a Get) of t
+// goes to the target's engine: PackSmallBlocks was given and manyBlocks.
+func (w *Window) packs(t Region, avg int64) bool { return w.cfg.pack && manyBlocks(t, avg) }
 
 // manyBlocks reports whether t's layout has more than one block and fewer
 // than one per avg bytes of data, counting at most that many.
@@ -314,7 +315,7 @@ func (w *Window) GetTo(ctx context.Context, result Buffer, t Region) error {
 	if err != nil {
 		return err
 	}
-	if manyBlocks(t, getEngineBlock) {
+	if w.packs(t, getEngineBlock) {
 		fop, err := w.startFetch(ctx, op.NoOp, Buffer{Type: t.Type, Count: t.Count}, result, t, d)
 		if err != nil {
 			return err
