@@ -3,7 +3,9 @@
 // atomically (every (op, datatype) pair but the NIC-capable ones, see
 // package atomics) are sent as messages to the target process, whose
 // engine applies them to its own window memory and replies, with the old
-// contents for the fetching forms.
+// contents for the fetching forms. Package win also sends through it, when
+// asked to (win.PackSmallBlocks), Puts (as REPLACE) and Gets (as NO_OP)
+// whose target layout has many small blocks.
 //
 // This package holds the wire format ([Request], [Reply] and their
 // encoders and decoders), the target side ([Target]: validation and

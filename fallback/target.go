@@ -100,7 +100,7 @@ func (t *Target) RemoveWindow(id uint32) {
 // Rejected returns the number of requests refused since NewTarget.
 func (t *Target) Rejected() uint64 { return t.rejected.Load() }
 
-// Applied returns the number of requests applied since NewTarget.
+// Applied returns the number of requests applied in full since NewTarget.
 func (t *Target) Applied() uint64 { return t.applied.Load() }
 
 // Handle decodes the request msg, validates it, applies it to the window

@@ -433,7 +433,8 @@ func (g *Group) Path() verbs.Path { return g.fab.Path() }
 func init() { fabric.OfGroup = func(g any) *fabric.Fabric { return g.(*Group).fab } }
 
 // Engine gives the packages of this module the group's active-message
-// target (which applies other ranks' accumulates) and client (which tracks
+// target (which applies other ranks' accumulates, and their Puts and Gets
+// of many small blocks when they pack them) and client (which tracks
 // this rank's).
 func (g *Group) Engine() (*fallback.Target, *fallback.Client) { return g.target, g.client }
 
@@ -456,7 +457,8 @@ func (g *Group) NextWindowID() uint32 {
 // subgroups and of windows and communicators left on it return an error
 // matching verbs.ErrClosed; so do the calls in progress on other
 // goroutines when Close begins, which Close wakes and waits for (a few
-// milliseconds) before it releases what they use.
+// milliseconds; at most three peer timeouts and a second) before it
+// releases what they use.
 func (g *Group) Close() error {
 	if g.parent != nil {
 		return g.boot.Close()

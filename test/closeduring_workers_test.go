@@ -132,7 +132,7 @@ func init() { workers["reqclose"] = workReqClose }
 // until it reports done, the others by Waitany. Then it resumes rank 1
 // (SIGCONT), which frees what it has and finishes.
 func workReqClose(ctx context.Context, g *group.Group) error {
-	w, err := win.Allocate(ctx, g, 1<<16, 1, win.PackSmallBlocks())
+	w, err := win.Allocate(ctx, g, 8<<20, 1, win.PackSmallBlocks())
 	if err != nil {
 		return err
 	}
@@ -163,6 +163,13 @@ func workReqClose(ctx context.Context, g *group.Group) error {
 	if err != nil {
 		return err
 	}
+	// RDMA READs need no engine: this one may or may not be done at Close.
+	// (It goes first: with accumulate ordering an RGet waits for the
+	// engine requests before it.)
+	rg, err := w.RGet(ctx, make([]byte, 4<<20), 1, 4<<20)
+	if err != nil {
+		return fmt.Errorf("RGet: %w", err)
+	}
 	var reqs []*win.Request
 	r, err := w.RGetTo(ctx, win.Buffer{Data: make([]byte, 400), Type: i32, Count: 100}, win.Region{Rank: 1, Type: vec, Count: 1})
 	if err != nil {
@@ -181,6 +188,7 @@ func workReqClose(ctx context.Context, g *group.Group) error {
 	if done, err := reqs[0].Test(); done {
 		return fmt.Errorf("RGetTo done (%v) while its target is stopped", err)
 	}
+
 	fmt.Printf("Close with 3 requests in flight: %v\n", g.Close())
 	var bad []error
 	start := time.Now()
@@ -206,6 +214,11 @@ func workReqClose(ctx context.Context, g *group.Group) error {
 			bad = append(bad, fmt.Errorf("Waitany of the RGetAccumulates after Close: %d, %v, want an index and an error matching verbs.ErrClosed", i, err))
 			break
 		}
+	}
+	i, err := win.Waitany(wctx, []*win.Request{rg})
+	fmt.Printf("Waitany of a 4 MiB RGet: %d, %v\n", i, err)
+	if i != 0 || err != nil && !errors.Is(err, verbs.ErrClosed) {
+		bad = append(bad, fmt.Errorf("Waitany of an RGet after Close: %d, %v, want 0 and nil or an error matching verbs.ErrClosed", i, err))
 	}
 	syscall.Kill(int(binary.NativeEndian.Uint64(pids[1])), syscall.SIGCONT)
 	if err := w.Free(wctx); !errors.Is(err, verbs.ErrClosed) {

@@ -114,6 +114,9 @@
 // option PackSmallBlocks, an origin sends such a Put or Get packed to the
 // target's engine instead, as MPICH sends noncontiguous RMA as active
 // messages (tens of times faster on Soft-RoCE for blocks of a few bytes).
+// The target's CPU then writes such a Put: the routing above keeps NIC
+// atomics and the CPU apart for the accumulate family only, and as MPI
+// says a Put and an accumulate to one location in one epoch are erroneous.
 //
 // # Concurrency
 //
@@ -161,6 +164,7 @@
 // ErrEpoch, ErrFreed, ErrUndeclared, ErrNotCreated, ErrNotSupported, ErrPeerLost;
 // op.ErrOpDatatype and op.ErrOpUse for an op MPI does not allow there;
 // fallback.ErrRemoteRejected (and its reasons) when a target refuses an
-// active message; verbs.ErrRemoteAccess from the network. A call never
-// panics on bad input.
+// active message; verbs.ErrRemoteAccess from the network; verbs.ErrClosed
+// once the group is closed (also for the calls and requests in progress
+// then). A call never panics on bad input.
 package win

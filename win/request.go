@@ -113,7 +113,10 @@ func (r *Request) Wait(ctx context.Context) error {
 
 // Test reports whether the operation has completed, without waiting
 // (MPI_Test), and its error if it has. It makes progress on the way:
-// calling it repeatedly completes the operation.
+// calling it repeatedly completes the operation. If its target is lost or
+// the group closed, the request completes with that error (ErrPeerLost,
+// or one matching verbs.ErrClosed), as through Wait; so it does through
+// Testany, Testall, Waitany and Waitsome.
 func (r *Request) Test() (bool, error) {
 	if r == nil {
 		return true, nil
@@ -135,14 +138,14 @@ func (r *Request) Test() (bool, error) {
 }
 
 // complete drives the operation to completion. It returns only ctx's
-// error, leaving the operation in flight; other failures complete the
-// request with that error.
+// error, leaving the operation in flight; other failures (a lost target,
+// the group closed) complete the request with that error.
 func (r *Request) complete(ctx context.Context) error {
 	switch r.kind {
 	case reqRead:
-		if err := r.rd.Complete(ctx); err != nil {
+		if err := r.rd.Complete(ctx); err != nil && (ctx.Err() != nil || !r.rd.Done()) {
 			return err
-		}
+		} // else the read is done, or failed (the group closed)
 	case reqFetch:
 		r.mu.Lock()
 		fop := r.fop

@@ -1018,8 +1018,8 @@ func (w *Window) flushAll(ctx context.Context) error {
 }
 
 // ordered waits, when the window keeps accumulate ordering, until this
-// rank's accumulates to target have been applied, so that an RDMA READ or
-// NIC atomic posted next cannot overtake them.
+// rank's accumulates (and packed Puts) to target have been applied, so
+// that an RDMA READ or NIC atomic posted next cannot overtake them.
 func (w *Window) ordered(ctx context.Context, target int) error {
 	if w.cfg.ordered && w.f.Pending(target) {
 		return w.f.FlushMessages(ctx, target)

@@ -53,8 +53,9 @@ var (
 // any kind (Fence, Lock, LockAll or Start), a request-based call, Flush or
 // FlushLocal a passive-target one (Lock or LockAll). Lock of ProcNull opens
 // one for calls to ProcNull, and Unlock of ProcNull closes it; neither
-// waits or locks anything. Its value is Open MPI's; -1 stays an invalid
-// rank.
+// waits or locks anything. An accumulate-family call checks its op,
+// datatype and buffer sizes first, as MPICH does, whatever the target.
+// Its value is Open MPI's; -1 stays an invalid rank.
 const ProcNull = -2
 
 // nullCall is the result of an RMA call to ProcNull: nothing, in an

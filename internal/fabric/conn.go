@@ -283,6 +283,10 @@ func (n *lossNotice) fire() {
 // to the error state, so every request in flight to it completes (flushed)
 // even if the transport has not timed it out yet.
 func (f *Fabric) MarkLost(rank int, cause error) {
+	if f.enter() != nil {
+		return // closed: every peer reads as gone already
+	}
+	defer f.exit()
 	f.setLost(rank, cause)
 	if rank == f.rank {
 		return

@@ -71,8 +71,10 @@ type Options struct {
 }
 
 // Fabric is one process's connected RDMA resources. Its methods are safe for
-// concurrent use, Close included: calls in progress when Close begins, and
-// calls after it, fail with an error matching verbs.ErrClosed.
+// concurrent use, Close included: the calls that use its resources, in
+// progress when Close begins or made after it, fail with an error matching
+// verbs.ErrClosed (Close waits for those in progress, at most the reconnect
+// timeout plus the peer timeout).
 type Fabric struct {
 	rank, size int
 

@@ -171,7 +171,9 @@ func (op *ReadOp) Test() bool {
 }
 
 // Complete drives the read until it is done and returns nil, or until ctx
-// ends and returns its error; the read then goes on (Abandon stops it).
+// ends and returns its error; the read then goes on (Abandon stops it). If
+// the fabric is closed meanwhile, the read fails with errClosed, which
+// Complete returns.
 func (op *ReadOp) Complete(ctx context.Context) error {
 	f := op.rs.f
 	if err := f.enter(); err != nil {
@@ -201,9 +203,13 @@ func (op *ReadOp) Complete(ctx context.Context) error {
 			// progressUntil polls and sleeps on.
 			i = 0
 			if err := f.progressUntil(ctx, headReady, nil); err != nil {
+				if err == errClosed {
+					op.failClosed(err)
+				}
 				return err
 			}
 		case f.isClosing():
+			op.failClosed(errClosed)
 			return errClosed
 		default:
 			// Nothing could be posted: the budget is held by other reads
