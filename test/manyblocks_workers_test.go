@@ -133,6 +133,27 @@ func workManyBlocks(ctx context.Context, g *group.Group) error {
 		}
 		return target.Applied() - before, nil
 	}
+	// putGet puts rank me's step st values (n of them, from every other
+	// int32 of a buffer) into t's layout through w, flushes, reads them
+	// back into every other int32 of a result buffer and checks them. w
+	// is in a passive epoch.
+	putGet := func(what string, w *win.Window, t win.Region, st, n int) error {
+		o, err := mbOrigin(me, st, n)
+		if err != nil {
+			return err
+		}
+		if err := w.PutTo(ctx, o, t); err != nil {
+			return fmt.Errorf("PutTo %s: %w", what, err)
+		}
+		if err := w.Flush(ctx, t.Rank); err != nil {
+			return err
+		}
+		res := mbResult(n)
+		if err := w.GetTo(ctx, win.Buffer{Data: res, Type: o.Type, Count: 1}, t); err != nil {
+			return fmt.Errorf("GetTo %s: %w", what, err)
+		}
+		return mbCheckResult("GetTo "+what+" after PutTo and Flush", res, me, st, n)
+	}
 
 	// Passive target: PutTo, Flush, GetTo and RGetTo of the small-block
 	// layout, from and into every other int32 of the origin's buffers.
@@ -140,23 +161,14 @@ func workManyBlocks(ctx context.Context, g *group.Group) error {
 		if err := w.LockAll(ctx); err != nil {
 			return err
 		}
+		if err := putGet("of small blocks", w, win.Region{Rank: next, Type: small, Count: 1}, 1, mbElems); err != nil {
+			return err
+		}
 		o, err := mbOrigin(me, 1, mbElems)
 		if err != nil {
 			return err
 		}
-		if err := w.PutTo(ctx, o, win.Region{Rank: next, Type: small, Count: 1}); err != nil {
-			return fmt.Errorf("PutTo: %w", err)
-		}
-		if err := w.Flush(ctx, next); err != nil {
-			return err
-		}
-		res, res2 := mbResult(mbElems), mbResult(mbElems)
-		if err := w.GetTo(ctx, win.Buffer{Data: res, Type: o.Type, Count: 1}, win.Region{Rank: next, Type: small, Count: 1}); err != nil {
-			return fmt.Errorf("GetTo: %w", err)
-		}
-		if err := mbCheckResult("GetTo after PutTo and Flush", res, me, 1, mbElems); err != nil {
-			return err
-		}
+		res2 := mbResult(mbElems)
 		r, err := w.RGetTo(ctx, win.Buffer{Data: res2, Type: o.Type, Count: 1}, win.Region{Rank: next, Type: small, Count: 1})
 		if err != nil {
 			return fmt.Errorf("RGetTo: %w", err)
@@ -182,21 +194,7 @@ func workManyBlocks(ctx context.Context, g *group.Group) error {
 		if err := w.LockAll(ctx); err != nil {
 			return err
 		}
-		o, err := mbOrigin(me, 2, 4*mbBig)
-		if err != nil {
-			return err
-		}
-		if err := w.PutTo(ctx, o, win.Region{Rank: next, Disp: mbWin, Type: big, Count: 1}); err != nil {
-			return fmt.Errorf("PutTo of 4 KiB blocks: %w", err)
-		}
-		if err := w.Flush(ctx, next); err != nil {
-			return err
-		}
-		res := mbResult(4 * mbBig)
-		if err := w.GetTo(ctx, win.Buffer{Data: res, Type: o.Type, Count: 1}, win.Region{Rank: next, Disp: mbWin, Type: big, Count: 1}); err != nil {
-			return fmt.Errorf("GetTo of 4 KiB blocks: %w", err)
-		}
-		if err := mbCheckResult("GetTo of 4 KiB blocks", res, me, 2, 4*mbBig); err != nil {
+		if err := putGet("of 4 KiB blocks", w, win.Region{Rank: next, Disp: mbWin, Type: big, Count: 1}, 2, 4*mbBig); err != nil {
 			return err
 		}
 		return w.UnlockAll(ctx)
@@ -214,21 +212,7 @@ func workManyBlocks(ctx context.Context, g *group.Group) error {
 		if err := wp.LockAll(ctx); err != nil {
 			return err
 		}
-		o, err := mbOrigin(me, 6, mbElems)
-		if err != nil {
-			return err
-		}
-		if err := wp.PutTo(ctx, o, win.Region{Rank: next, Type: small, Count: 1}); err != nil {
-			return fmt.Errorf("PutTo by RDMA: %w", err)
-		}
-		if err := wp.Flush(ctx, next); err != nil {
-			return err
-		}
-		res := mbResult(mbElems)
-		if err := wp.GetTo(ctx, win.Buffer{Data: res, Type: o.Type, Count: 1}, win.Region{Rank: next, Type: small, Count: 1}); err != nil {
-			return fmt.Errorf("GetTo by RDMA: %w", err)
-		}
-		if err := mbCheckResult("GetTo by RDMA", res, me, 6, mbElems); err != nil {
+		if err := putGet("by RDMA", wp, win.Region{Rank: next, Type: small, Count: 1}, 6, mbElems); err != nil {
 			return err
 		}
 		return wp.UnlockAll(ctx)
@@ -312,21 +296,8 @@ func workManyBlocks(ctx context.Context, g *group.Group) error {
 	if err := dw.LockAll(ctx); err != nil {
 		return err
 	}
-	if o, err = mbOrigin(me, 5, mbElems); err != nil {
-		return err
-	}
 	at := int(binary.NativeEndian.Uint64(addrs[next]))
-	if err := dw.PutTo(ctx, o, win.Region{Rank: next, Disp: at, Type: small, Count: 1}); err != nil {
-		return fmt.Errorf("PutTo into a dynamic window: %w", err)
-	}
-	if err := dw.Flush(ctx, next); err != nil {
-		return err
-	}
-	res := mbResult(mbElems)
-	if err := dw.GetTo(ctx, win.Buffer{Data: res, Type: o.Type, Count: 1}, win.Region{Rank: next, Disp: at, Type: small, Count: 1}); err != nil {
-		return fmt.Errorf("GetTo from a dynamic window: %w", err)
-	}
-	if err := mbCheckResult("GetTo from a dynamic window", res, me, 5, mbElems); err != nil {
+	if err := putGet("of a dynamic window", dw, win.Region{Rank: next, Disp: at, Type: small, Count: 1}, 5, mbElems); err != nil {
 		return err
 	}
 	if err := dw.UnlockAll(ctx); err != nil {
