@@ -29,6 +29,7 @@ func init() {
 	workers["dynreattach"] = workDynReattach
 	workers["dynchurn"] = workDynChurn
 	workers["dynmisuse"] = workDynMisuse
+	workers["dynlocal"] = workDynLocal
 }
 
 // dynPattern is byte j of region k before any RMA call.
@@ -852,6 +853,107 @@ func workDynMisuse(ctx context.Context, g *group.Group) error {
 	}
 	fmt.Println("dynmisuse=ok")
 	return nil
+}
+
+// workDynLocal: Attach and Detach are local calls (MPI-4.1 12.2.4). On
+// rank 0 they return while another goroutine waits in Lock for rank 1,
+// which rank 1 holds until rank 0 has told it, with a collective, what it
+// attached.
+func workDynLocal(ctx context.Context, g *group.Group) error {
+	wd, err := win.CreateDynamic(ctx, g)
+	if err != nil {
+		return err
+	}
+	me := g.Rank()
+	if me == 1 {
+		if err := wd.Lock(ctx, win.LockExclusive, 1, 0); err != nil {
+			return err
+		}
+	}
+	if err := g.Barrier(ctx); err != nil {
+		return err
+	}
+	mem, other := make([]byte, 8), make([]byte, 64)
+	var addrs []int
+	locked := make(chan error, 1)
+	if me == 0 {
+		go func() { locked <- wd.Lock(ctx, win.LockExclusive, 1, 0) }()
+		time.Sleep(200 * time.Millisecond) // the Lock is waiting for rank 1
+		done := make(chan error, 1)
+		start := time.Now()
+		go func() {
+			err := wd.Attach(other)
+			if err == nil {
+				err = wd.Attach(mem)
+			}
+			if err == nil {
+				err = wd.Detach(other)
+			}
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if err != nil {
+				return fmt.Errorf("attach and detach while another goroutine waits in Lock: %w", err)
+			}
+		case <-time.After(10 * time.Second):
+			return fmt.Errorf("attach and detach still waiting after 10s, for the Lock another goroutine waits in")
+		}
+		select {
+		case err := <-locked:
+			return fmt.Errorf("Lock of rank 1 returned (%v) while rank 1 holds it", err)
+		default:
+		}
+		fmt.Printf("dynlocal: attach, attach and detach took %v while a Lock waited\n", time.Since(start).Round(time.Microsecond))
+		addrs = []int{win.Address(mem)}
+	}
+	if addrs, err = dynShare(ctx, g, addrs); err != nil {
+		return err
+	}
+	if me == 1 {
+		if err := wd.Unlock(ctx, 1); err != nil {
+			return err
+		}
+		if err := wd.Lock(ctx, win.LockShared, 0, 0); err != nil {
+			return err
+		}
+		if err := wd.Put(ctx, u64(77), 0, addrs[0]); err != nil {
+			return err
+		}
+		if err := wd.Unlock(ctx, 0); err != nil {
+			return err
+		}
+	} else {
+		if err := <-locked; err != nil {
+			return fmt.Errorf("Lock of rank 1 after rank 1 unlocked: %w", err)
+		}
+		if err := wd.Unlock(ctx, 1); err != nil {
+			return err
+		}
+	}
+	if err := g.Barrier(ctx); err != nil {
+		return err
+	}
+	if me == 0 {
+		if err := wd.Sync(); err != nil {
+			return err
+		}
+		if got := int64(binary.NativeEndian.Uint64(mem)); got != 77 {
+			return fmt.Errorf("the attached word holds %d after rank 1's Put of 77", got)
+		}
+	}
+	if err := wd.Free(ctx); err != nil {
+		return err
+	}
+	fmt.Println("dynlocal=ok")
+	return nil
+}
+
+func TestDynamicAttachIsLocal(t *testing.T) {
+	outs := newLaunch(t, "dynlocal", 2).run(2 * time.Minute)
+	for _, o := range outs {
+		value(t, o, "dynlocal")
+	}
 }
 
 func TestDynamicAdjacentRegions(t *testing.T) {

@@ -70,6 +70,10 @@ const (
 // dynamic holds a dynamic window's state: the regions attached on this
 // rank and their table, and the tables this rank last read from the others.
 type dynamic struct {
+	// mu serialises Attach, Detach and Free's release of the regions.
+	// It is not the epoch calls' mutex: Attach and Detach are local
+	// calls, which a goroutine waiting in Lock or Fence must not hold up.
+	mu      sync.Mutex
 	regions []*attached // sorted by address
 	table   tableBuf    // the published entries
 	old     []tableBuf  // replaced entry buffers, kept until Free
@@ -164,15 +168,17 @@ func (d *dynamic) search(addr uint64) int {
 
 // Attach exposes mem in a dynamic window (MPI_Win_attach); other ranks
 // address it with Address(mem) + offset. mem stays pinned until Detach.
-// It is local, but other ranks may use the memory only after this rank has
-// told them (with a barrier or a message) that it is attached; from then
-// on they may, in any epoch. Any number of regions may be attached, also
-// side by side; they must not overlap (ErrInvalid). An RMA call's target
-// bytes must lie in one attached region, as MPI requires. Attach and Detach
-// of no memory do nothing and succeed, as MPICH's do.
+// It is local: it waits neither for another rank nor for an epoch call
+// (Lock, Fence, ...) that another goroutine is in. Other ranks may use the
+// memory only after this rank has told them (with a barrier or a message)
+// that it is attached; from then on they may, in any epoch. Any number of
+// regions may be attached, also side by side; they must not overlap
+// (ErrInvalid). An RMA call's target bytes must lie in one attached
+// region, as MPI requires. Attach and Detach of no memory do nothing and
+// succeed, as MPICH's do.
 func (w *Window) Attach(mem []byte) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	w.dyn.mu.Lock()
+	defer w.dyn.mu.Unlock()
 	if w.freed.Load() {
 		return ErrFreed
 	}
@@ -230,9 +236,10 @@ func (w *Window) Attach(mem []byte) error {
 // region attached at Address(mem), which must be len(mem) bytes long. When
 // it returns no rank's RMA call touches the memory any more, provided, as
 // MPI requires, that the ranks stopped using it before Detach was called.
+// Like Attach, it is local.
 func (w *Window) Detach(mem []byte) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	w.dyn.mu.Lock()
+	defer w.dyn.mu.Unlock()
 	if w.freed.Load() {
 		return ErrFreed
 	}
@@ -271,8 +278,8 @@ func (w *Window) release1(a *attached) {
 
 // detachAll releases every attached region and the region table, for Free.
 func (w *Window) detachAll() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	w.dyn.mu.Lock()
+	defer w.dyn.mu.Unlock()
 	d := &w.dyn
 	for i, a := range d.regions {
 		w.release1(a)
