@@ -996,6 +996,21 @@ func workConfBadUse(ctx context.Context, g *group.Group) error {
 	do("AccumulateTo into an overlapping target datatype", func() error {
 		return w.AccumulateTo(ctx, win.Buffer{Data: b16, Type: i64, Count: 2}, win.Region{Rank: peer, Type: overlap, Count: 1}, op.Sum)
 	}, win.ErrInvalid)
+	// A result buffer receives: its entries may not overlap (MPI-4.1 5.1).
+	do("GetAccumulateTo into an overlapping result datatype", func() error {
+		return w.GetAccumulateTo(ctx, win.Buffer{Data: b16, Type: i64, Count: 2}, win.Buffer{Data: r8, Type: overlap, Count: 1},
+			win.Region{Rank: peer, Type: i64, Count: 2}, op.Sum)
+	}, win.ErrInvalid)
+	do("RGetAccumulate into an overlapping result datatype", func() error {
+		return reqErr(w.RGetAccumulate(ctx, win.Buffer{Data: b16, Type: i64, Count: 2}, win.Buffer{Data: r8, Type: overlap, Count: 1},
+			win.Region{Rank: peer, Type: i64, Count: 2}, op.Replace))
+	}, win.ErrInvalid)
+	do("GetTo into an overlapping result datatype", func() error {
+		return w.GetTo(ctx, win.Buffer{Data: r8, Type: overlap, Count: 1}, win.Region{Rank: peer, Type: i64, Count: 2})
+	}, win.ErrInvalid)
+	do("RGetTo into an overlapping result datatype", func() error {
+		return reqErr(w.RGetTo(ctx, win.Buffer{Data: r8, Type: overlap, Count: 1}, win.Region{Rank: peer, Type: i64, Count: 2}))
+	}, win.ErrInvalid)
 	do("AccumulateTo with a buffer shorter than its datatype", func() error {
 		return w.AccumulateTo(ctx, win.Buffer{Data: b8, Type: i64, Count: 2}, win.Region{Rank: peer, Type: i64, Count: 2}, op.Sum)
 	}, win.ErrInvalid)

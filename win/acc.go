@@ -97,7 +97,8 @@ func (w *Window) AccumulateTo(ctx context.Context, origin Buffer, t Region, o op
 	return w.send(ctx, fallback.KindAccumulate, o, basic, origin, t, d, fop)
 }
 
-// GetAccumulateTo is GetAccumulate with derived datatypes.
+// GetAccumulateTo is GetAccumulate with derived datatypes. Neither the
+// target layout nor the result layout, which receives, may overlap.
 func (w *Window) GetAccumulateTo(ctx context.Context, origin, result Buffer, t Region, o op.Op) error {
 	if t.Rank == ProcNull {
 		if err := nullOp(o, op.GetAccumulate, t); err != nil {

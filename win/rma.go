@@ -229,11 +229,10 @@ func checkData(name string, b *Buffer, t *Region) (empty bool, err error) {
 	if err := b.Type.Fits(b.Count, int64(len(b.Data)), 0); err != nil {
 		return false, fmt.Errorf("%w: %s buffer of %d bytes: %w", ErrInvalid, name, len(b.Data), err)
 	}
-	// A result buffer receives: its entries must not overlap, and a layout
-	// that takes more bytes than the buffer holds certainly does.
-	if sz := b.Type.Size(); name == "result" && sz > 0 && int64(b.Count) > int64(len(b.Data))/sz {
-		return false, fmt.Errorf("%w: %d x %v receives more bytes than its %d-byte buffer holds: its entries overlap",
-			ErrInvalid, b.Count, b.Type, len(b.Data))
+	// A result buffer receives: its entries must not overlap (MPI-4.1 5.1).
+	if name == "result" && b.Type.OverlapsN(b.Count) {
+		return false, fmt.Errorf("%w: the result datatype %d x %v overlaps itself: a receive buffer's entries may not",
+			ErrInvalid, b.Count, b.Type)
 	}
 	return false, nil
 }
@@ -301,7 +300,8 @@ func manyBlocks(t Region, avg int64) bool {
 }
 
 // GetTo is Get with datatypes (MPI_Get): the target layout's elements are
-// read into the result layout. It returns when result holds them.
+// read into the result layout, whose entries must not overlap (it
+// receives). It returns when result holds them.
 func (w *Window) GetTo(ctx context.Context, result Buffer, t Region) error {
 	if t.Rank == ProcNull {
 		return w.nullCall()

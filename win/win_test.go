@@ -64,6 +64,26 @@ func TestCheckData(t *testing.T) {
 			t.Errorf("%s: %v, want ErrInvalid", name, err)
 		}
 	}
+	// A result buffer receives: its entries may not overlap.
+	overlap, err := datatype.Indexed([]int{1, 1}, []int{0, 0}, f64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zeroExtent, err := datatype.Resized(f64, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string]Buffer{
+		"indexed, both blocks at 0": {Data: make([]byte, 16), Type: overlap, Count: 1},
+		"2 x extent 0":              {Data: make([]byte, 16), Type: zeroExtent, Count: 2},
+	} {
+		if _, err := checkData("result", &b, &r); !errors.Is(err, ErrInvalid) {
+			t.Errorf("result %s: %v, want ErrInvalid", name, err)
+		}
+		if _, err := checkData("origin", &b, &r); err != nil {
+			t.Errorf("origin %s: %v; a send buffer may overlap", name, err)
+		}
+	}
 	// Empty signatures match whatever they are built from (MPI 3.3.1).
 	zero, err := datatype.Contiguous(0, datatype.Int32.Type())
 	if err != nil {
