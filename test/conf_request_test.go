@@ -769,6 +769,35 @@ func workReqLists(ctx context.Context, g *group.Group) error {
 		}
 	}
 
+	// Testsome, polled until every entry is nil.
+	rs, ps, err = issue(16)
+	if err != nil {
+		return err
+	}
+	clear(seen)
+	for got := 0; got < len(rs); {
+		idx, err := win.Testsome(rs, nil)
+		if err != nil {
+			return fmt.Errorf("Testsome: %w", err)
+		}
+		if len(idx) == 0 && ctx.Err() != nil {
+			return fmt.Errorf("Testsome completed %d of %d: %w", got, len(rs), ctx.Err())
+		}
+		for _, i := range idx {
+			if seen[i] || rs[i] != nil {
+				return fmt.Errorf("Testsome returned %d twice, or left its entry set", i)
+			}
+			seen[i] = true
+			got++
+			if err := check("Testsome", i, ps[i]); err != nil {
+				return err
+			}
+		}
+	}
+	if idx, err := win.Testsome(rs, nil); len(idx) != 0 || err != nil {
+		return fmt.Errorf("Testsome on an all-nil list = %v, %v; want none, nil", idx, err)
+	}
+
 	// Testall, polled until true.
 	rs, ps, err = issue(16)
 	if err != nil {

@@ -20,8 +20,9 @@
 // datatype forms (PutTo, GetTo, AccumulateTo, GetAccumulateTo with Buffer
 // and Region) and the request forms RPut, RGet, RAccumulate,
 // RGetAccumulate, RPutTo and RGetTo (Request.Wait, Request.Test, Waitall,
-// Waitany, Waitsome, Testall, Testany; a flush or the end of the epoch
-// completes them too), which MPI allows only in Lock and LockAll epochs. Put and Accumulate return as soon as the origin
+// Waitany, Waitsome, Testall, Testany, Testsome; a flush or the end of the
+// epoch completes them too), which MPI allows only in Lock and LockAll
+// epochs. Put and Accumulate return as soon as the origin
 // buffer may be reused (their data is copied); a flush or the end of the
 // epoch completes them at the target. Get and the fetching calls return
 // when their result is in the caller's buffer. The generic functions

@@ -636,28 +636,45 @@ func Testany(reqs []*Request) (int, bool, error) {
 func Waitsome(ctx context.Context, reqs []*Request, indices []int) ([]int, error) {
 	for i := 0; ; i++ {
 		n := len(indices)
-		var errs []error
-		active := false
-		for k, r := range reqs {
-			if r == nil {
-				continue
-			}
-			active = true
-			if done, err := r.Test(); done {
-				indices = append(indices, k)
-				if err != nil {
-					errs = append(errs, &RequestError{Index: k, Err: err})
-				}
-				reqs[k] = nil
-			}
-		}
+		indices, active, err := testsome(reqs, indices)
 		if !active || len(indices) > n {
-			return indices, errors.Join(errs...)
+			return indices, err
 		}
 		if err := fabric.Backoff(ctx, i); err != nil {
 			return indices, err
 		}
 	}
+}
+
+// Testsome is Waitsome without the wait (MPI_Testsome): it sets the
+// entries of the requests of reqs that have completed to nil, making
+// progress on the others, and returns their indices appended to indices,
+// none if none has, with the errors.Join of a *RequestError per failed
+// one. Whether any entry is still active (MPI's outcount MPI_UNDEFINED
+// when none is) shows in reqs: all nil.
+func Testsome(reqs []*Request, indices []int) ([]int, error) {
+	indices, _, err := testsome(reqs, indices)
+	return indices, err
+}
+
+// testsome is Testsome that also reports whether an entry was active.
+func testsome(reqs []*Request, indices []int) ([]int, bool, error) {
+	var errs []error
+	active := false
+	for k, r := range reqs {
+		if r == nil {
+			continue
+		}
+		active = true
+		if done, err := r.Test(); done {
+			indices = append(indices, k)
+			if err != nil {
+				errs = append(errs, &RequestError{Index: k, Err: err})
+			}
+			reqs[k] = nil
+		}
+	}
+	return indices, active, errors.Join(errs...)
 }
 
 // onlyActive is the index of the one non-nil request of reqs, or -1.

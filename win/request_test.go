@@ -149,6 +149,22 @@ func TestWaitsome(t *testing.T) {
 	}
 }
 
+func TestTestsome(t *testing.T) {
+	errA := errors.New("a")
+	reqs := []*Request{doneRequest(errA), nil, completedOK}
+	idx, err := Testsome(reqs, []int{7})
+	var re *RequestError
+	if !slices.Equal(idx, []int{7, 0, 2}) || !errors.As(err, &re) || re.Index != 0 || !errors.Is(err, errA) {
+		t.Errorf("Testsome = %v, %v; want [7 0 2] and request 0's error", idx, err)
+	}
+	if reqs[0] != nil || reqs[2] != nil {
+		t.Errorf("Testsome left %v set", reqs)
+	}
+	if idx, err := Testsome(reqs, nil); len(idx) != 0 || err != nil {
+		t.Errorf("Testsome with no active request = %v, %v", idx, err)
+	}
+}
+
 // The window's list of outstanding requests: oldest first, bounded by the
 // sequence number a flush started at, unlinked in any order.
 func TestRequestList(t *testing.T) {
