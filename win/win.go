@@ -107,6 +107,25 @@ func (f Flavor) String() string {
 	return fmt.Sprintf("Flavor(%d)", int(f))
 }
 
+// Model is a window's memory model (MPI_WIN_MODEL, MPI-4.1 12.4).
+type Model int
+
+const (
+	ModelSeparate Model = iota + 1 // MPI_WIN_SEPARATE: public and private copies differ until synchronised
+	ModelUnified                   // MPI_WIN_UNIFIED: one copy, which RMA calls update in place
+)
+
+// String returns "separate" or "unified".
+func (m Model) String() string {
+	switch m {
+	case ModelSeparate:
+		return "separate"
+	case ModelUnified:
+		return "unified"
+	}
+	return fmt.Sprintf("Model(%d)", int(m))
+}
+
 // Window is memory that every process of a group exposes for remote access
 // (MPI_Win). Its RMA calls are safe for concurrent use from many
 // goroutines; creation, Free and the epoch calls are collective or
@@ -467,6 +486,14 @@ func (w *Window) DispUnit() int { return w.dispUnit }
 
 // Flavor says how the window's memory was provided.
 func (w *Window) Flavor() Flavor { return w.flavor }
+
+// Model is the window's memory model (the MPI_WIN_MODEL attribute): always
+// ModelUnified, as MPICH and Open MPI report for windows in memory their
+// NIC accesses. RDMA writes and the engine's updates land in the window's
+// memory itself, where loads eventually observe them; to read them without
+// a data race in Go's memory model, synchronise first (see "Local memory"
+// in the package doc).
+func (w *Window) Model() Model { return ModelUnified }
 
 // Group is the window's group.
 func (w *Window) Group() *group.Group { return w.g }

@@ -111,6 +111,17 @@ func TestFlavorString(t *testing.T) {
 	}
 }
 
+func TestModelString(t *testing.T) {
+	for m, want := range map[Model]string{ModelSeparate: "separate", ModelUnified: "unified", Model(0): "Model(0)", Model(9): "Model(9)"} {
+		if got := m.String(); got != want {
+			t.Errorf("Model(%d).String() = %q, want %q", int(m), got, want)
+		}
+	}
+	if m := (&Window{}).Model(); m != ModelUnified {
+		t.Errorf("Model() = %v, want unified", m)
+	}
+}
+
 // The sync page's parts must not overlap, for any group size.
 func TestSyncLayout(t *testing.T) {
 	for _, n := range []int{1, 2, 7, 64, 1000} {
