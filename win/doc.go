@@ -22,13 +22,13 @@
 // RGetAccumulate, RPutTo and RGetTo (Request.Wait, Request.Test, Waitall,
 // Waitany, Waitsome, Testall, Testany, Testsome; a flush or the end of the
 // epoch completes them too), which MPI allows only in Lock and LockAll
-// epochs. Put and Accumulate return as soon as the origin
-// buffer may be reused (their data is copied); a flush or the end of the
-// epoch completes them at the target. Get and the fetching calls return
-// when their result is in the caller's buffer. The generic functions
-// FetchAndOp and CompareAndSwap (on a Go value) and PutSlice, GetSlice,
-// AccumulateSlice and GetAccumulateSlice (on a Go slice) take Go values
-// instead of bytes and a datatype.
+// epochs. Put and Accumulate return as soon as the origin buffer may be
+// reused (their data is copied); a flush or the end of the epoch completes
+// them at the target. Get and the fetching calls return when their result
+// is in the caller's buffer. The generic functions FetchAndOp and
+// CompareAndSwap (on a Go value) and PutSlice, GetSlice, AccumulateSlice
+// and GetAccumulateSlice (on a Go slice) take Go values instead of bytes
+// and a datatype.
 //
 // # Synchronisation
 //

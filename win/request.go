@@ -635,10 +635,9 @@ func Testany(reqs []*Request) (int, bool, error) {
 // returns ctx's error and the requests stay active.
 func Waitsome(ctx context.Context, reqs []*Request, indices []int) ([]int, error) {
 	for i := 0; ; i++ {
-		n := len(indices)
-		indices, active, err := testsome(reqs, indices)
-		if !active || len(indices) > n {
-			return indices, err
+		out, active, err := testsome(reqs, indices)
+		if !active || len(out) > len(indices) {
+			return out, err
 		}
 		if err := fabric.Backoff(ctx, i); err != nil {
 			return indices, err
