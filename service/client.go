@@ -37,6 +37,7 @@ type Client struct {
 	wcancel context.CancelFunc
 	wdone   chan struct{}
 	lost    atomic.Bool // the connection manager reported a disconnect
+	closing atomic.Bool // Close was called: calls waiting for the server return ErrClosed
 
 	stats counters
 
@@ -286,8 +287,12 @@ func (c *Client) Open(ctx context.Context, name string) (*Window, error) {
 }
 
 // Close disconnects from the server and releases the client's memory and
-// objects. Windows of the client then return ErrClosed.
+// objects. Calls of other goroutines waiting for the server return
+// ErrClosed at once, and later calls on the client's windows too.
 func (c *Client) Close() error {
+	if c.closing.CompareAndSwap(false, true) {
+		c.cc.Wake() // a call sleeping on the completion channel sees closing
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -347,7 +352,7 @@ func (c *Client) release() error {
 // begin checks that the client can take a call and waits for the work
 // requests of calls whose context ended; c.mu is held.
 func (c *Client) begin(ctx context.Context) error {
-	if c.closed {
+	if c.closed || c.closing.Load() {
 		return ErrClosed
 	}
 	if c.err != nil {
@@ -413,6 +418,9 @@ func (c *Client) wait(ctx context.Context, wr uint64, reply uint32) error {
 		if c.lost.Load() {
 			c.fail(errDisconnected)
 			return c.err
+		}
+		if c.closing.Load() {
+			return ErrClosed
 		}
 		if n > 0 {
 			spins, armed = 0, false

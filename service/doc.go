@@ -48,15 +48,15 @@
 // as a group window's calls are: on 64-bit integers SUM is a NIC
 // fetch-and-add, NO_OP a READ, REPLACE, MIN, MAX, PROD, the logical and
 // bitwise ops and user-defined ops compare-and-swap loops (a user-defined
-// op then runs in the client, see op.Register); every other datatype, and every op
-// when either side's device has no atomics, goes to the server's engine,
-// which applies it with package op's kernels in its control goroutine. So
-// the calls on one element with one datatype are atomic with each other,
-// from any client (never against the server process's own CPU updates of
-// the same words). An engine message carries up to 480 bytes of origin
-// (192 bytes of old values for the fetching forms); longer calls are
-// split, each element still updated atomically, and a client that dies
-// leaves each message applied whole or not at all. Every call returns
+// op then runs in the client, see op.Register); every other datatype, and
+// every op when either side's device has no atomics, goes to the server's
+// engine, which applies it with package op's kernels in its control
+// goroutine. So the calls on one element with one datatype are atomic with
+// each other, from any client (never against the server process's own CPU
+// updates of the same words). An engine message carries up to 480 bytes
+// of origin (192 bytes of old values for the fetching forms); longer calls
+// are split, each element still updated atomically, and a client that
+// dies leaves each message applied whole or not at all. Every call returns
 // when it is complete at the server; Flush waits for calls abandoned when
 // their context ended.
 //
@@ -80,8 +80,8 @@
 // Errors are errors.Is-able: win.ErrOutOfWindow, win.ErrAlignment,
 // win.ErrInvalid, win.ErrEpoch (lock misuse), op.ErrOpDatatype and
 // op.ErrOpUse (an op the call or the datatype does not allow), ErrUnknownWindow,
-// fallback.ErrUnknownOp (a user-defined op the server has not
-// registered), ErrAuth, ErrServerFull, ErrProtocol, ErrClosed, and
+// fallback.ErrUnknownOp (a user-defined op the server's engine is to
+// apply and has not registered), ErrAuth, ErrServerFull, ErrProtocol, ErrClosed, and
 // verbs.ErrPeerLost for a server that died, restarted, closed or dropped
 // the client.
 //

@@ -38,7 +38,10 @@ type Server struct {
 	cancel context.CancelFunc
 	stop   atomic.Bool // tells the control loop to leave
 	kick   chan struct{}
-	wg     sync.WaitGroup
+	// handshakes bounds the connection requests being accepted at once
+	// (MaxPending): each waits for its client in a goroutine of its own.
+	handshakes chan struct{}
+	wg         sync.WaitGroup
 
 	closeOnce sync.Once
 	closeErr  error
@@ -115,7 +118,7 @@ func Listen(ctx context.Context, addr string, cfg ServerConfig) (s *Server, err 
 	if ap.Addr().IsUnspecified() {
 		return nil, fmt.Errorf("%w: listen on a specific address, not %v", verbs.ErrInvalid, ap.Addr())
 	}
-	s = &Server{cfg: cfg, kick: make(chan struct{}, 1), windows: map[string]*exposed{}, conns: map[uint32]*sconn{}}
+	s = &Server{cfg: cfg, kick: make(chan struct{}, 1), handshakes: make(chan struct{}, cfg.MaxPending), windows: map[string]*exposed{}, conns: map[uint32]*sconn{}}
 	made := s
 	defer func() {
 		if err != nil {
@@ -334,8 +337,26 @@ func (s *Server) acceptLoop() {
 			}
 			continue
 		}
-		if ev.Type == verbs.CMConnectRequest && ev.ID != nil {
-			s.request(ev)
+		if ev.Type != verbs.CMConnectRequest || ev.ID == nil {
+			continue
+		}
+		// A client that stops answering mid-handshake holds its own
+		// goroutine for up to AuthTimeout, not the requests after it.
+		select {
+		case s.handshakes <- struct{}{}:
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				s.request(ev)
+				<-s.handshakes
+			}()
+		default:
+			// MaxPending handshakes under way already.
+			s.mu.Lock()
+			s.stats.Refused++
+			s.mu.Unlock()
+			ev.ID.Reject(rejectData(rejectFull))
+			ev.ID.Close()
 		}
 	}
 }

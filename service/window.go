@@ -100,11 +100,12 @@ func (w *Window) Get(ctx context.Context, dst []byte, disp int) error {
 // old value (MPI_Fetch_and_op on MPI_INT64_T). The route is atomics'
 // default policy, as for a group window: SUM is a NIC fetch-and-add,
 // NO_OP an 8-byte READ, REPLACE, MIN, MAX, PROD and the logical and
-// bitwise ops compare-and-swap loops, so all of them, CompareAndSwap
-// included, are atomic with each other; these need disp 8-byte aligned.
-// User-defined ops, and every op when either side's device has no
-// atomics, are applied by the server's engine. For other datatypes use
-// GetAccumulate with one element.
+// bitwise ops and user-defined ops compare-and-swap loops (a user-defined
+// op then runs in the client, see op.Register), so all of them,
+// CompareAndSwap included, are atomic with each other; these need disp
+// 8-byte aligned. When either side's device has no atomics, every op is
+// applied by the server's engine. For other datatypes use GetAccumulate
+// with one element.
 func (w *Window) FetchAndOp(ctx context.Context, v int64, disp int, o op.Op) (int64, error) {
 	c := w.c
 	c.mu.Lock()
@@ -147,14 +148,15 @@ func (w *Window) CompareAndSwapBytes(ctx context.Context, origin, compare, resul
 // Accumulate combines the elements of origin, of type dt, into the window
 // from disp with o (MPI_Accumulate with a contiguous target of
 // len(origin)/dt.Size() elements): every predefined op but NO_OP, or a
-// user-defined op made with op.Register, which the server must have
-// registered too (in the same order, so that it has the same value;
-// otherwise the call fails with fallback.ErrUnknownOp). Each element is
-// updated atomically with respect to the other accumulate calls on it
-// with the same datatype, from any client. 64-bit integers with
-// predefined ops go to the NIC, one element at a time (disp 8-byte
-// aligned); the rest is applied by the server's engine, up to 480 bytes
-// per message. A zero-length origin does nothing.
+// user-defined op made with op.Register. Each element is updated
+// atomically with respect to the other accumulate calls on it with the
+// same datatype, from any client. 64-bit integers go to the NIC, one
+// element at a time (disp 8-byte aligned), a user-defined op then running
+// in the client (see op.Register); the rest is applied by the server's
+// engine, up to 480 bytes per message, and a user-defined op the engine
+// applies must be registered in the server too (in the same order, so
+// that it has the same value; otherwise the call fails with
+// fallback.ErrUnknownOp). A zero-length origin does nothing.
 func (w *Window) Accumulate(ctx context.Context, origin []byte, dt datatype.Basic, disp int, o op.Op) error {
 	c := w.c
 	c.mu.Lock()
@@ -426,9 +428,11 @@ func (c *Client) refused(dt datatype.Basic, o op.Op) error {
 // win.ErrEpoch. While Lock waits, the client's other calls go on (up to
 // 4 Locks of different windows may wait at once; more wait for a place);
 // with no other call going on, the waiting Lock polls at most every
-// millisecond. If ctx ends first, the request is
-// withdrawn (or the lock, granted meanwhile, given back) before Lock
-// returns ctx's error. A client that dies or disconnects gives its locks
+// millisecond. If ctx ends first, the request is withdrawn (or the lock,
+// granted meanwhile, given back) before Lock returns ctx's error; if the
+// server has not answered the withdrawal within a second, the client
+// disconnects, which frees whatever the server granted it, and its calls
+// then fail with verbs.ErrPeerLost. A client that dies or disconnects gives its locks
 // up: the server frees them when the connection goes (at once for a
 // process that dies, which its kernel disconnects; after
 // ServerConfig.ProbeInterval plus the transport's retries for a host that
@@ -511,17 +515,24 @@ func (w *Window) lockLocked(ctx context.Context, code byte, all bool) error {
 			return err
 		}
 		// Withdraw the request (or give back the lock granted meanwhile):
-		// the server answers the withdrawal after any grant.
-		if err := c.begin(context.Background()); err != nil {
-			return err
-		}
+		// the server answers the withdrawal after any grant. The calls
+		// still in flight complete first; all of it within withdrawTimeout.
 		wctx, cancel := context.WithTimeout(context.Background(), withdrawTimeout)
 		defer cancel()
-		c.seq++
-		if werr := c.request(wctx, putLock(c.buf[sendOff:], msgUnlock, c.seq, w.id, 0)); werr != nil {
+		werr := c.begin(wctx)
+		if werr != nil && wctx.Err() == nil {
+			return werr // the client closed or its connection failed
+		}
+		if werr == nil {
+			c.seq++
+			werr = c.request(wctx, putLock(c.buf[sendOff:], msgUnlock, c.seq, w.id, 0))
+		}
+		if werr != nil {
 			c.awaiting = 0
 			c.fail(fmt.Errorf("withdrawing a lock request: %w", werr))
-			c.id.Disconnect() // the server then frees whatever it granted
+			if !c.closed {
+				c.id.Disconnect() // the server then frees whatever it granted
+			}
 		}
 		return err
 	}
@@ -595,7 +606,7 @@ func (c *Client) waitLock(ctx context.Context, lw *lockWait) error {
 		if c.err != nil {
 			return c.err
 		}
-		if c.closed {
+		if c.closed || c.closing.Load() {
 			return ErrClosed
 		}
 		if c.lost.Load() {
@@ -651,7 +662,7 @@ const lockPollMax = time.Millisecond
 
 // withdrawTimeout bounds the withdrawal of a lock request whose Lock was
 // cancelled; beyond it the client disconnects.
-const withdrawTimeout = 10 * time.Second
+const withdrawTimeout = time.Second
 
 // Unlock gives the window's lock back (MPI_Win_unlock). Every call of the
 // client is complete at the server when it returns, so this only frees

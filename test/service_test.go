@@ -231,6 +231,10 @@ func svcClient(ctx context.Context, mode string) error {
 		return svcScale(ctx, addr)
 	case "frozen":
 		return svcFrozenClient(ctx, addr)
+	case "stopped":
+		return svcStoppedClient(ctx, addr)
+	case "stall":
+		return svcStall(ctx, addr)
 	case "holder", "waiter", "accdie", "acccheck":
 		return svcLockClient(ctx, addr, mode)
 	case "frozenholder":

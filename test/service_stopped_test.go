@@ -1,0 +1,225 @@
+//go:build integration
+
+package test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/onesided/rma/datatype"
+	"github.com/onesided/rma/op"
+	"github.com/onesided/rma/service"
+	"github.com/onesided/rma/verbs"
+	"github.com/onesided/rma/win"
+)
+
+// A server whose process is stopped (SIGSTOP) while its kernel and NIC
+// still answer: nothing the client waits for comes, and every wait must
+// still end as its context or Close says.
+
+// svcStoppedClient: mode "stopped". Two clients; once the harness has
+// stopped the server: a Lock whose context ends while another call of
+// the client waits for a reply returns within a second of its context
+// (the withdrawal is bounded), and the connection is then lost; Close of
+// a client while another goroutine waits for an engine reply returns at
+// once, and that call fails with ErrClosed.
+func svcStoppedClient(ctx context.Context, addr string) error {
+	var cls []*service.Client
+	var ws []*service.Window
+	for i := 0; i < 2; i++ {
+		cl, err := service.Dial(ctx, addr, svcConfig())
+		if err != nil {
+			return err
+		}
+		cls = append(cls, cl)
+		w, err := cl.Open(ctx, "alpha")
+		if err != nil {
+			return err
+		}
+		ws = append(ws, w)
+	}
+	one := binary.NativeEndian.AppendUint64(nil, math.Float64bits(1))
+	if err := ws[0].Accumulate(ctx, one, datatype.Float64, 0, op.Sum); err != nil {
+		return fmt.Errorf("Accumulate before the stop: %w", err)
+	}
+	if err := svcWrite("ready", ""); err != nil {
+		return err
+	}
+	if _, err := svcAwait(ctx, "stopped"); err != nil {
+		return err
+	}
+
+	// A Lock waits; meanwhile an engine call gives up on its reply; then
+	// the Lock's context ends and it withdraws its request.
+	type result struct {
+		err error
+		d   time.Duration
+	}
+	locked := make(chan result, 1)
+	start := time.Now()
+	go func() {
+		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		err := ws[1].Lock(lctx, win.LockExclusive)
+		locked <- result{err, time.Since(start)}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	actx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	err := ws[1].Accumulate(actx, one, datatype.Float64, 8, op.Sum)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("Accumulate(200 ms) on the stopped server: %v, want context.DeadlineExceeded", err)
+	}
+	select {
+	case r := <-locked:
+		fmt.Printf("Lock(2 s) on the stopped server: %v after %v\n", r.err, r.d.Round(time.Millisecond))
+		fmt.Printf("lock_ms=%d\n", r.d.Milliseconds())
+		if !errors.Is(r.err, context.DeadlineExceeded) {
+			return fmt.Errorf("Lock(2 s) on the stopped server: %v, want context.DeadlineExceeded", r.err)
+		}
+	case <-time.After(8 * time.Second):
+		return fmt.Errorf("Lock(2 s) on the stopped server has not returned after %v", time.Since(start).Round(time.Millisecond))
+	}
+	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	_, err = ws[1].FetchAndOp(fctx, 1, 0, op.Sum)
+	cancel()
+	if !errors.Is(err, verbs.ErrPeerLost) {
+		return fmt.Errorf("call after the withdrawal failed: %v, want ErrPeerLost (the client disconnects)", err)
+	}
+
+	// Close while another goroutine waits for an engine reply.
+	accumulated := make(chan error, 1)
+	go func() { accumulated <- ws[0].Accumulate(context.Background(), one, datatype.Float64, 0, op.Sum) }()
+	time.Sleep(300 * time.Millisecond)
+	closed := make(chan error, 1)
+	start = time.Now()
+	go func() { closed <- cls[0].Close() }()
+	select {
+	case err := <-closed:
+		fmt.Printf("Close with a call waiting on the stopped server: %v after %v\n", err, time.Since(start).Round(time.Millisecond))
+		fmt.Printf("close_ms=%d\n", time.Since(start).Milliseconds())
+	case <-time.After(5 * time.Second):
+		return fmt.Errorf("Close with a call waiting on the stopped server has not returned after 5s")
+	}
+	select {
+	case err := <-accumulated:
+		if !errors.Is(err, service.ErrClosed) {
+			return fmt.Errorf("the call waiting when Close came: %v, want ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		return fmt.Errorf("the call waiting when Close came has not returned 5s after Close")
+	}
+	if err := cls[1].Close(); err != nil {
+		fmt.Printf("Close of the client whose connection was lost: %v\n", err)
+	}
+	return svcWrite("done", "")
+}
+
+// svcStall: mode "stall". Three connection requests that never complete
+// their handshake (as from clients that froze mid-Dial) do not hold up a
+// Dial after them.
+func svcStall(ctx context.Context, addr string) (err error) {
+	var c cmCloser
+	defer func() { c.close(&err) }()
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return err
+	}
+	for i := 0; i < 3; i++ {
+		ch, err := verbs.NewEventChannel()
+		if err != nil {
+			return err
+		}
+		c.add(ch.Close)
+		id, err := ch.CreateID()
+		if err != nil {
+			return err
+		}
+		c.add(id.Close)
+		if err := id.ResolveAddr(ctx, netip.Addr{}, ap); err != nil {
+			return err
+		}
+		if err := id.ResolveRoute(ctx); err != nil {
+			return err
+		}
+		route, err := id.Route()
+		if err != nil {
+			return err
+		}
+		side, err := newCMSide(&c, route.Device, verbs.AccessLocalWrite)
+		if err != nil {
+			return err
+		}
+		qp, err := id.CreateQP(side.pd, verbs.QPConfig{SendCQ: side.cq, RecvCQ: side.cq, MaxSendWR: 4, MaxRecvWR: 4})
+		if err != nil {
+			return err
+		}
+		c.add(qp.Close)
+		// The request goes out; its events are never read, so the
+		// handshake never completes.
+		hello := append([]byte("RMAS\x01\x00\x00\x00"), make([]byte, 32)...)
+		cctx, cancel := context.WithTimeout(ctx, time.Millisecond)
+		id.Connect(cctx, verbs.ConnParam{PrivateData: hello})
+		cancel()
+	}
+	time.Sleep(100 * time.Millisecond)
+	dctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	cl, err := service.Dial(dctx, addr, svcConfig())
+	fmt.Printf("Dial behind 3 stalled handshakes: %v after %v\n", err, time.Since(start).Round(time.Millisecond))
+	if err != nil {
+		return fmt.Errorf("Dial (1.5 s) behind 3 stalled handshakes: %w", err)
+	}
+	fmt.Printf("dial_ms=%d\n", time.Since(start).Milliseconds())
+	w, err := cl.Open(ctx, "counter")
+	if err == nil {
+		_, err = w.FetchAndOp(ctx, 1, 0, op.Sum)
+	}
+	if cerr := cl.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// TestServiceStoppedServer: see svcStoppedClient.
+func TestServiceStoppedServer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s := newSvcTest(t, ctx)
+	srv, addr := s.server("server", 0)
+	cl := s.client("client", addr, "stopped")
+	waitCMFile(ctx, t, filepath.Join(s.dir, "ready"), cl)
+	if err := srv.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(s.dir, "stopped"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := cl.wait(t, false)
+	if err := srv.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	s.stop(srv)
+	t.Logf("Lock(2 s) returned after %s ms; Close after %s ms", value(t, out, "lock_ms"), value(t, out, "close_ms"))
+}
+
+// TestServiceStalledHandshakes: see svcStall.
+func TestServiceStalledHandshakes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s := newSvcTest(t, ctx)
+	srv, addr := s.server("server", 0)
+	out := s.client("client", addr, "stall").wait(t, false)
+	s.stop(srv)
+	t.Logf("Dial behind 3 stalled handshakes took %s ms", value(t, out, "dial_ms"))
+}
