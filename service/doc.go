@@ -79,11 +79,12 @@
 //
 // Errors are errors.Is-able: win.ErrOutOfWindow, win.ErrAlignment,
 // win.ErrInvalid, win.ErrEpoch (lock misuse), op.ErrOpDatatype and
-// op.ErrOpUse (an op the call or the datatype does not allow), ErrUnknownWindow,
-// fallback.ErrUnknownOp (a user-defined op the server's engine is to
-// apply and has not registered), ErrAuth, ErrServerFull, ErrProtocol, ErrClosed, and
-// verbs.ErrPeerLost for a server that died, restarted, closed or dropped
-// the client.
+// op.ErrOpUse (an op the call or the datatype does not allow),
+// ErrUnknownWindow, fallback.ErrUnknownOp (a user-defined op the server's
+// engine is to apply and has not registered), ErrAuth, ErrServerFull,
+// ErrProtocol, ErrClosed (also for a call of another goroutine that Close
+// interrupted), and verbs.ErrPeerLost for a server that died, restarted,
+// closed or dropped the client.
 //
 // # Statistics
 //

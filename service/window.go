@@ -432,9 +432,9 @@ func (c *Client) refused(dt datatype.Basic, o op.Op) error {
 // granted meanwhile, given back) before Lock returns ctx's error; if the
 // server has not answered the withdrawal within a second, the client
 // disconnects, which frees whatever the server granted it, and its calls
-// then fail with verbs.ErrPeerLost. A client that dies or disconnects gives its locks
-// up: the server frees them when the connection goes (at once for a
-// process that dies, which its kernel disconnects; after
+// then fail with verbs.ErrPeerLost. A client that dies or disconnects
+// gives its locks up: the server frees them when the connection goes (at
+// once for a process that dies, which its kernel disconnects; after
 // ServerConfig.ProbeInterval plus the transport's retries for a host that
 // dies).
 func (w *Window) Lock(ctx context.Context, lt win.LockType) error {
