@@ -125,6 +125,10 @@ func workManyBlocks(ctx context.Context, g *group.Group) error {
 	// requests this rank's target applied meanwhile.
 	applied := func(phase func() error) (uint64, error) {
 		before := target.Applied()
+		// No rank starts the phase before every rank has read its count.
+		if err := g.Barrier(ctx); err != nil {
+			return 0, err
+		}
 		if err := phase(); err != nil {
 			return 0, err
 		}
