@@ -393,35 +393,10 @@ func svcFrozenHolder(ctx context.Context, addr string) (err error) {
 	if err != nil {
 		return err
 	}
-	ch, err := verbs.NewEventChannel()
+	id, s, qp, err := cmRawClient(ctx, &c, dst, 0)
 	if err != nil {
 		return err
 	}
-	c.add(ch.Close)
-	id, err := ch.CreateID()
-	if err != nil {
-		return err
-	}
-	c.add(id.Close)
-	if err := id.ResolveAddr(ctx, netip.Addr{}, dst); err != nil {
-		return err
-	}
-	if err := id.ResolveRoute(ctx); err != nil {
-		return err
-	}
-	route, err := id.Route()
-	if err != nil {
-		return err
-	}
-	s, err := newCMSide(&c, route.Device, 0)
-	if err != nil {
-		return err
-	}
-	qp, err := id.CreateQP(s.pd, verbs.QPConfig{SendCQ: s.cq, RecvCQ: s.cq, MaxSendWR: 8, MaxRecvWR: 8})
-	if err != nil {
-		return err
-	}
-	c.add(qp.Close)
 	for i := 0; i < 8; i++ {
 		if err := qp.PostRecv(uint64(100+i), s.mr.Local(2048+i*256, 256)); err != nil {
 			return err

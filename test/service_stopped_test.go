@@ -135,35 +135,10 @@ func svcStall(ctx context.Context, addr string) (err error) {
 		return err
 	}
 	for i := 0; i < 3; i++ {
-		ch, err := verbs.NewEventChannel()
+		id, _, _, err := cmRawClient(ctx, &c, ap, verbs.AccessLocalWrite)
 		if err != nil {
 			return err
 		}
-		c.add(ch.Close)
-		id, err := ch.CreateID()
-		if err != nil {
-			return err
-		}
-		c.add(id.Close)
-		if err := id.ResolveAddr(ctx, netip.Addr{}, ap); err != nil {
-			return err
-		}
-		if err := id.ResolveRoute(ctx); err != nil {
-			return err
-		}
-		route, err := id.Route()
-		if err != nil {
-			return err
-		}
-		side, err := newCMSide(&c, route.Device, verbs.AccessLocalWrite)
-		if err != nil {
-			return err
-		}
-		qp, err := id.CreateQP(side.pd, verbs.QPConfig{SendCQ: side.cq, RecvCQ: side.cq, MaxSendWR: 4, MaxRecvWR: 4})
-		if err != nil {
-			return err
-		}
-		c.add(qp.Close)
 		// The request goes out; its events are never read, so the
 		// handshake never completes.
 		hello := append([]byte("RMAS\x01\x00\x00\x00"), make([]byte, 32)...)
@@ -189,6 +164,42 @@ func svcStall(ctx context.Context, addr string) (err error) {
 		err = cerr
 	}
 	return err
+}
+
+// cmRawClient makes an id resolved to dst and its QP (8 sends and
+// receives on one CQ), ready to connect, for clients of the wire protocol
+// on raw verbs. c closes them.
+func cmRawClient(ctx context.Context, c *cmCloser, dst netip.AddrPort, access verbs.Access) (*verbs.CMID, *cmSide, *verbs.QP, error) {
+	ch, err := verbs.NewEventChannel()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	c.add(ch.Close)
+	id, err := ch.CreateID()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	c.add(id.Close)
+	if err := id.ResolveAddr(ctx, netip.Addr{}, dst); err != nil {
+		return nil, nil, nil, err
+	}
+	if err := id.ResolveRoute(ctx); err != nil {
+		return nil, nil, nil, err
+	}
+	route, err := id.Route()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	s, err := newCMSide(c, route.Device, access)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	qp, err := id.CreateQP(s.pd, verbs.QPConfig{SendCQ: s.cq, RecvCQ: s.cq, MaxSendWR: 8, MaxRecvWR: 8})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	c.add(qp.Close)
+	return id, s, qp, nil
 }
 
 // TestServiceStoppedServer: see svcStoppedClient.
