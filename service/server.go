@@ -351,12 +351,7 @@ func (s *Server) acceptLoop() {
 				<-s.handshakes
 			}()
 		default:
-			// MaxPending handshakes under way already.
-			s.mu.Lock()
-			s.stats.Refused++
-			s.mu.Unlock()
-			ev.ID.Reject(rejectData(rejectFull))
-			ev.ID.Close()
+			s.request(ev) // MaxPending under way already: this one waits its turn
 		}
 	}
 }
@@ -414,8 +409,8 @@ func (s *Server) request(ev verbs.CMEvent) {
 	// Bound the unauthenticated connections: drop the oldest beyond.
 	pending, oldest := 0, (*sconn)(nil)
 	for _, o := range s.conns {
-		if o.authed || o.dead || o.kill {
-			continue
+		if o.authed || o.dead || o.kill || (!o.accepted && o != c) {
+			continue // handshakes under way are bounded apart
 		}
 		pending++
 		if o != c && o.accepted && (oldest == nil || o.deadline.Before(oldest.deadline)) {

@@ -43,8 +43,8 @@ type ServerConfig struct {
 	// MaxPending bounds the connections that have not authenticated yet
 	// (default 32): beyond it, the oldest is dropped. It also bounds the
 	// connection requests being accepted at once, each waiting for its
-	// client apart (at most AuthTimeout): a request beyond them is
-	// refused, and its Dial fails with ErrServerFull.
+	// client apart (at most AuthTimeout); a request beyond them waits its
+	// turn.
 	MaxPending int
 	// AuthTimeout is how long a connection may take from its request to
 	// its proof (default 2 s); a slower one is dropped.
