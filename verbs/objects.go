@@ -192,6 +192,69 @@ func (mr *MR) Close() error {
 	return err
 }
 
+// MW is a type 2 memory window (C: struct ibv_mw): a remote key for part
+// of an MR, bound by a work request on one QP and usable only on that QP.
+// Its rights are those of its binding, so the MR itself may have none
+// (AccessMWBind and AccessLocalWrite alone); closing it revokes the key at
+// once. Windows give a peer access that ends with its connection.
+type MW struct {
+	p    unsafe.Pointer
+	rkey uint32
+	tr   tracked
+}
+
+// AllocMW allocates a type 2 memory window, unbound (see
+// DeviceAttr.MemWindowType2; a device without ErrNotSupported).
+func (pd *PD) AllocMW() (*MW, error) {
+	if pd == nil || pd.p == nil {
+		return nil, ErrClosed
+	}
+	p, rkey, err := allocMW(pd.p)
+	if err != nil {
+		return nil, err
+	}
+	mw := &MW{p: p, rkey: rkey}
+	mw.tr.track("MW")
+	return mw, nil
+}
+
+// RKey is the window's remote key: after a PostBindMW, the key that bind
+// gave it.
+func (mw *MW) RKey() uint32 { return mw.rkey }
+
+// Close deallocates the window; its key stops working.
+func (mw *MW) Close() error {
+	if mw == nil || mw.p == nil {
+		return ErrClosed
+	}
+	err := deallocMW(mw.p)
+	mw.p = nil
+	mw.tr.untrack()
+	return err
+}
+
+// PostBindMW posts the binding of mw, unbound, to mr's bytes [off,
+// off+n) with the given remote access (AccessRemoteRead, Write, Atomic),
+// on qp, the only QP on which the key will then work. key is the low byte
+// of the new remote key (the rest is the window's); the key is usable
+// once the bind has completed, which work requests posted after it on qp
+// see. It returns the new remote key. mr needs AccessMWBind, and
+// AccessLocalWrite for a window that grants writes or atomics.
+func (qp *QP) PostBindMW(wrID uint64, mw *MW, key byte, mr *MR, off, n int, access Access, flags SendFlags) (uint32, error) {
+	if mw == nil || mw.p == nil || mr == nil || mr.p == nil {
+		return 0, ErrClosed
+	}
+	if off < 0 || n <= 0 || off > len(mr.buf) || n > len(mr.buf)-off {
+		return 0, fmt.Errorf("%w: bind of [%d, %d) of an MR of %d bytes", ErrInvalid, off, off+n, len(mr.buf))
+	}
+	rkey := mw.rkey&^0xff | uint32(key)
+	if err := postBindMW(qp.p, wrID, flags, mw.p, rkey, mr.p, mr.Addr()+uint64(off), uint64(n), access); err != nil {
+		return 0, err
+	}
+	mw.rkey = rkey
+	return rkey, nil
+}
+
 // CompChannel delivers completion events (C: struct ibv_comp_channel). Its
 // file descriptor is non-blocking and waited on through Go's poller, so a
 // waiting goroutine holds no thread.

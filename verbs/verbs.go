@@ -231,6 +231,11 @@ type DeviceAttr struct {
 	MaxQPInitRdAtom int // max_qp_init_rd_atom: ... as initiator
 	AtomicCap       AtomicCap
 	PhysPortCount   int
+	// MaxMW is the most memory windows (max_mw); MemWindowType2 says the
+	// device binds type 2 windows (IBV_DEVICE_MEM_WINDOW_TYPE_2A or 2B in
+	// device_cap_flags), which AllocMW needs.
+	MaxMW          int
+	MemWindowType2 bool
 }
 
 // PortAttr holds what ibv_query_port reports that this library uses.
@@ -255,6 +260,7 @@ const (
 	AccessRemoteWrite  Access = 1 << 1 // IBV_ACCESS_REMOTE_WRITE
 	AccessRemoteRead   Access = 1 << 2 // IBV_ACCESS_REMOTE_READ
 	AccessRemoteAtomic Access = 1 << 3 // IBV_ACCESS_REMOTE_ATOMIC
+	AccessMWBind       Access = 1 << 4 // IBV_ACCESS_MW_BIND: memory windows may be bound to the MR
 )
 
 // SendFlags of a work request (C: enum ibv_send_flags).

@@ -234,6 +234,24 @@ static int go_post_inline(struct ibv_qp *qp, uint64_t wr_id, int opcode, int fla
 		raddr, rkey, 0, 0, imm);
 }
 
+// go_post_bind_mw posts the binding of a type 2 memory window to
+// [addr, addr+len) of mr with the given access and new rkey.
+static int go_post_bind_mw(struct ibv_qp *qp, uint64_t wr_id, int flags, struct ibv_mw *mw, uint32_t rkey,
+		struct ibv_mr *mr, uint64_t addr, uint64_t len, int access) {
+	struct ibv_send_wr wr, *bad;
+	memset(&wr, 0, sizeof wr);
+	wr.wr_id = wr_id;
+	wr.opcode = IBV_WR_BIND_MW;
+	wr.send_flags = flags;
+	wr.bind_mw.mw = mw;
+	wr.bind_mw.rkey = rkey;
+	wr.bind_mw.bind_info.mr = mr;
+	wr.bind_mw.bind_info.addr = addr;
+	wr.bind_mw.bind_info.length = len;
+	wr.bind_mw.bind_info.mw_access_flags = access;
+	return ibv_post_send(qp, &wr, &bad);
+}
+
 static int go_post_recv(struct ibv_qp *qp, uint64_t wr_id, uint64_t laddr, uint32_t len, uint32_t lkey) {
 	struct ibv_sge sge = { .addr = laddr, .length = len, .lkey = lkey };
 	struct ibv_recv_wr wr, *bad;
@@ -336,6 +354,8 @@ func queryDevice(p unsafe.Pointer) (DeviceAttr, error) {
 		MaxQPInitRdAtom: int(a.max_qp_init_rd_atom),
 		AtomicCap:       AtomicCap(a.atomic_cap),
 		PhysPortCount:   int(a.phys_port_cnt),
+		MaxMW:           int(a.max_mw),
+		MemWindowType2:  a.device_cap_flags&(C.IBV_DEVICE_MEM_WINDOW_TYPE_2A|C.IBV_DEVICE_MEM_WINDOW_TYPE_2B) != 0,
 	}, nil
 }
 
@@ -391,6 +411,32 @@ func regMR(pd unsafe.Pointer, addr unsafe.Pointer, n int, access Access) (unsafe
 func deregMR(p unsafe.Pointer) error {
 	if r := C.ibv_dereg_mr((*C.struct_ibv_mr)(p)); r != 0 {
 		return errnoErr("deregister MR", r)
+	}
+	return nil
+}
+
+func allocMW(pd unsafe.Pointer) (unsafe.Pointer, uint32, error) {
+	mw, err := C.ibv_alloc_mw((*C.struct_ibv_pd)(pd), C.IBV_MW_TYPE_2)
+	if mw == nil {
+		if errno, ok := err.(syscall.Errno); ok {
+			return nil, 0, errnoErr("alloc memory window", C.int(errno))
+		}
+		return nil, 0, fmt.Errorf("verbs: alloc memory window: %w", err)
+	}
+	return unsafe.Pointer(mw), uint32(mw.rkey), nil
+}
+
+func deallocMW(p unsafe.Pointer) error {
+	if r := C.ibv_dealloc_mw((*C.struct_ibv_mw)(p)); r != 0 {
+		return errnoErr("dealloc memory window", r)
+	}
+	return nil
+}
+
+func postBindMW(qp unsafe.Pointer, wrID uint64, flags SendFlags, mw unsafe.Pointer, rkey uint32, mr unsafe.Pointer, addr, n uint64, access Access) error {
+	if r := C.go_post_bind_mw((*C.struct_ibv_qp)(qp), C.uint64_t(wrID), C.int(flags), (*C.struct_ibv_mw)(mw), C.uint32_t(rkey),
+		(*C.struct_ibv_mr)(mr), C.uint64_t(addr), C.uint64_t(n), C.int(access)); r != 0 {
+		return errnoErr("post bind memory window", r)
 	}
 	return nil
 }

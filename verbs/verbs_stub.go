@@ -37,6 +37,13 @@ func qpRTS(unsafe.Pointer, *Path, uint32) error       { return ErrNotSupported }
 func qpState(unsafe.Pointer) (QPState, error)         { return 0, ErrNotSupported }
 func qpToError(unsafe.Pointer) error                  { return ErrNotSupported }
 func postRecv(unsafe.Pointer, uint64, Local) error    { return ErrNotSupported }
+func deallocMW(unsafe.Pointer) error                  { return ErrNotSupported }
+func allocMW(unsafe.Pointer) (unsafe.Pointer, uint32, error) {
+	return nil, 0, ErrNotSupported
+}
+func postBindMW(unsafe.Pointer, uint64, SendFlags, unsafe.Pointer, uint32, unsafe.Pointer, uint64, uint64, Access) error {
+	return ErrNotSupported
+}
 func queryGID(unsafe.Pointer, int, int) (GIDEntry, uint32, error) {
 	return GIDEntry{}, 0, ErrNotSupported
 }
