@@ -32,6 +32,10 @@ type Client struct {
 	qp  *verbs.QP
 	buf []byte // result word, send buffer, receive buffers, staging
 	mr  *verbs.MR
+	// The 8 bytes the server's probes READ (and nothing else the server
+	// can reach).
+	probe   []byte
+	probeMR *verbs.MR
 
 	atomics bool // the client's device has atomics
 	wcancel context.CancelFunc
@@ -141,6 +145,12 @@ func Dial(ctx context.Context, addr string, cfg ClientConfig) (c *Client, err er
 	if c.mr, err = c.pd.RegisterMR(c.buf, verbs.AccessLocalWrite); err != nil {
 		return nil, err
 	}
+	if c.probe, err = verbs.Alloc(8); err != nil {
+		return nil, err
+	}
+	if c.probeMR, err = c.pd.RegisterMR(c.probe[:8], verbs.AccessRemoteRead); err != nil {
+		return nil, err
+	}
 	if err = c.id.SetAckTimeout(cfg.AckTimeout); err != nil {
 		return nil, err
 	}
@@ -205,9 +215,8 @@ func (c *Client) authenticate(ctx context.Context, cNonce, sNonce *[nonceLen]byt
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.seq++
-	putHeader(c.buf[sendOff:], msgAuth, c.seq)
-	proof(c.buf[sendOff+headerLen:sendOff+authLen], c.cfg.Secret, clientLabel, sNonce, cNonce)
-	if err := c.request(ctx, authLen); err != nil {
+	n := putAuth(c.buf[sendOff:], c.seq, c.cfg.Secret, sNonce, cNonce, c.probeMR.Addr(), c.probeMR.RKey(), c.cfg.Name)
+	if err := c.request(ctx, n); err != nil {
 		if errors.Is(err, verbs.ErrPeerLost) {
 			return fmt.Errorf("service: the server dropped the connection before authenticating it: %w", err)
 		}
@@ -218,8 +227,8 @@ func (c *Client) authenticate(ctx context.Context, cNonce, sNonce *[nonceLen]byt
 		return fmt.Errorf("%w: the server refused the client's proof (the secrets differ)", ErrAuth)
 	case msgAuthOK:
 		var want [macLen]byte
-		proof(want[:], c.cfg.Secret, serverLabel, cNonce, sNonce)
-		if c.replyLen != authLen || !hmac.Equal(c.reply[headerLen:authLen], want[:]) {
+		proof(want[:], c.cfg.Secret, serverLabel, cNonce, sNonce, nil)
+		if c.replyLen != authOKLen || !hmac.Equal(c.reply[headerLen:authOKLen], want[:]) {
 			return fmt.Errorf("%w: the server's proof is wrong (the secrets differ)", ErrAuth)
 		}
 		return nil
@@ -274,12 +283,15 @@ func (c *Client) Open(ctx context.Context, name string) (*Window, error) {
 		// that waits allocates nothing.
 		t := time.NewTimer(time.Hour)
 		t.Stop()
-		return &Window{c: c, addr: r.addr, rkey: r.rkey, id: r.id, size: int(r.size),
+		return &Window{c: c, addr: r.addr, rkey: r.rkey, id: r.id, size: int(r.size), access: Access(r.flags>>accessShift) & AccessAll,
 			policy: atomics.DefaultPolicy(c.atomics && r.flags&flagAtomics != 0),
 			lw:     lockWait{ch: make(chan struct{}, 1), timer: t}}, nil
 	case msgOpenErr:
 		if c.replyLen == openErrLen && c.reply[headerLen] == openUnknown {
 			return nil, fmt.Errorf("%w: %q", ErrUnknownWindow, name)
+		}
+		if c.replyLen == openErrLen && c.reply[headerLen] == openDenied {
+			return nil, fmt.Errorf("%w: the server does not let this client open %q", ErrDenied, name)
 		}
 		return nil, fmt.Errorf("%w: the server refused to open %q", ErrProtocol, name)
 	}
@@ -327,6 +339,12 @@ func (c *Client) release() error {
 	}
 	if c.mr != nil {
 		add(c.mr.Close())
+	}
+	if c.probeMR != nil {
+		add(c.probeMR.Close())
+	}
+	if c.probe != nil {
+		add(verbs.Free(c.probe))
 	}
 	if c.buf != nil {
 		add(verbs.Free(c.buf))

@@ -3,6 +3,7 @@ package service
 import (
 	"time"
 
+	"github.com/onesided/rma/op"
 	"github.com/onesided/rma/verbs"
 )
 
@@ -59,12 +60,19 @@ func (s *Server) accumulate(c *sconn, msg []byte, seq uint32, reply []byte) {
 		s.fail(c, seq, errBadRequest, reply)
 		return
 	}
-	if r.win >= uint32(len(s.byID)) {
+	g := c.grants[r.win]
+	if g == nil {
 		c.stats.EngineRejects++
 		s.fail(c, seq, errUnknownWin, reply)
 		return
 	}
 	w := s.byID[r.win]
+	if g.access&needs(&r) == 0 {
+		c.stats.EngineRejects++
+		w.stats.EngineRejects++
+		s.fail(c, seq, errDenied, reply)
+		return
+	}
 	n, reason := engineApply(w.mem, &r, reply[headerLen:])
 	if reason != 0 {
 		c.stats.EngineRejects++
@@ -79,6 +87,15 @@ func (s *Server) accumulate(c *sconn, msg []byte, seq uint32, reply []byte) {
 	s.reply(c, reply[:headerLen+n])
 }
 
+// needs returns the rights of which a grant needs one for r: a fetch of
+// NO_OP only reads.
+func needs(r *accReq) Access {
+	if r.kind == accFetch && r.op == op.NoOp {
+		return AccessRead | AccessAtomic
+	}
+	return AccessAtomic
+}
+
 // lock handles a msgLock or a msgUnlock.
 func (s *Server) lock(c *sconn, msg []byte, seq uint32, reply []byte) {
 	id, lt, ok := parseLock(msg)
@@ -86,7 +103,7 @@ func (s *Server) lock(c *sconn, msg []byte, seq uint32, reply []byte) {
 		s.fail(c, seq, errBadRequest, reply)
 		return
 	}
-	if id >= uint32(len(s.byID)) {
+	if c.grants[id] == nil {
 		s.fail(c, seq, errUnknownWin, reply)
 		return
 	}
@@ -195,10 +212,13 @@ func (s *Server) gone(c *sconn) {
 }
 
 // probe checks, every ProbeInterval, that the clients holding or waiting
-// for a lock are still there: a zero-length RDMA READ, which the client's
-// NIC answers without its CPU, fails after the transport's retries when
-// the client's host is gone (a client process that dies is seen at once:
-// its kernel disconnects). s.mu is not held.
+// for a lock are still there: an RDMA READ of the 8 bytes the client
+// registered for it (msgAuth), which the client's NIC answers without its
+// CPU, fails after the transport's retries when the client's host is gone
+// (a client process that dies is seen at once: its kernel disconnects).
+// A READ of real memory with its real key is answered again when it comes
+// twice (a duplicated frame, a retransmission), as every READ is. s.mu is
+// not held.
 func (s *Server) probe(now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -206,11 +226,12 @@ func (s *Server) probe(now time.Time) {
 		return
 	}
 	s.probed = now
+	land := s.rmr.Local(s.cfg.RecvBuffers*recvSize, 8)
 	for _, c := range s.conns {
 		if len(c.locks) == 0 || c.probing || c.dead || c.kill || c.sends >= maxConnSends {
 			continue
 		}
-		if err := c.qp.PostRead(uint64(c.qpn)<<32|uint64(c.serial)|probeTag, s.rmr.Local(0, 0), 0, 0, verbs.SendSignaled); err != nil {
+		if err := c.qp.PostRead(uint64(c.qpn)<<32|uint64(c.serial)|probeTag, land, c.probeAddr, c.probeRKey, verbs.SendSignaled); err != nil {
 			s.drop(c)
 			continue
 		}

@@ -11,7 +11,7 @@ import (
 	"github.com/onesided/rma/op"
 )
 
-// The wire protocol, version 1. Every integer is little endian.
+// The wire protocol, version 2. Every integer is little endian.
 //
 // Connection request private data (helloLen bytes, at most
 // verbs.MaxConnectPrivateData): magic "RMAS", version, three zero bytes,
@@ -21,12 +21,17 @@ import (
 // Messages (SENDs) start with an 8-byte header: type, three zero bytes, a
 // request sequence number that the reply echoes.
 //
-//	msgAuth     client: HMAC-SHA256(secret, "rma-service-client" || serverNonce || clientNonce)
+//	msgAuth     client: the address (8) and rkey (4) of 8 bytes of its
+//	            memory the server may READ (its probes), name length (1),
+//	            three zero bytes, the name, then
+//	            HMAC-SHA256(secret, "rma-service-client" || serverNonce ||
+//	            clientNonce || the message between header and MAC)
 //	msgAuthOK   server: HMAC-SHA256(secret, "rma-service-server" || clientNonce || serverNonce)
 //	msgAuthFail server: nothing (the server then disconnects)
 //	msgOpen     client: name length (1 byte), name
 //	msgOpenOK   server: address (8), rkey (4), window id (4), size (8),
-//	            flags (1: bit 0, the server's device has atomics), 7 zero bytes
+//	            flags (1: bit 0, the server's device has atomics; bits 1
+//	            to 3, the Access granted), 7 zero bytes
 //	msgOpenErr  server: reason (1 byte)
 //	msgAcc      client: window id (4), kind (1), op (1), datatype (1), zero
 //	            (1), displacement (8), count (4), zero (4), then the data:
@@ -38,13 +43,18 @@ import (
 //	msgOK       server: for accFetch and accCAS the old elements
 //	msgErr      server: reason (1 byte)
 //
+// The rkey of msgOpenOK is a memory window bound to the client's QP: it
+// works on that connection only. Calls on a window the connection has
+// not opened are refused (errUnknownWin), and so are those its grant does
+// not cover (errDenied).
+//
 // A client has at most one request outstanding; the server's replies come
 // in the order of the requests, except that the reply to a msgLock comes
 // when the lock is granted, which may be after the reply to the msgUnlock
 // that withdraws it (then both come, the grant first).
 
 const (
-	protoVersion = 1
+	protoVersion = 2
 	nonceLen     = 32
 	macLen       = sha256.Size
 	headerLen    = 8
@@ -96,6 +106,7 @@ const (
 	errOpDatatype  = 4 // op, datatype or kind not allowed together
 	errUnknownOp   = 5 // a user-defined op the server has not registered
 	errLockState   = 6 // Lock while holding or waiting, Unlock while not
+	errDenied      = 7 // the window's grant to the connection does not cover it
 )
 
 // Reject reasons.
@@ -109,12 +120,14 @@ const (
 const (
 	openUnknown = 1 // no window of that name
 	openBad     = 2 // malformed request
+	openDenied  = 3 // ServerConfig.Authorize granted nothing
 )
 
 const (
 	openOKLen  = headerLen + 32
 	openErrLen = headerLen + 1
-	authLen    = headerLen + macLen
+	authMin    = headerLen + 16 + macLen // msgAuth without a name
+	authOKLen  = headerLen + macLen
 	accLen     = headerLen + 24 // msgAcc before its data
 	lockLen    = headerLen + 8
 	errLen     = headerLen + 1
@@ -127,8 +140,15 @@ const (
 	maxFetchData = 192
 )
 
-// Flags of msgOpenOK.
-const flagAtomics = 1
+// Flags of msgOpenOK: flagAtomics, and the Access granted shifted by
+// accessShift.
+const (
+	flagAtomics = 1
+	accessShift = 1
+)
+
+// MaxClientNameLen is the longest ClientConfig.Name, in bytes.
+const MaxClientNameLen = 64
 
 // appendHello appends a request's or accept's private data.
 func appendHello(b []byte, nonce *[nonceLen]byte) []byte {
@@ -178,13 +198,55 @@ func header(b []byte) (typ byte, seq uint32, ok bool) {
 	return b[0], binary.LittleEndian.Uint32(b[4:]), true
 }
 
-// proof computes HMAC-SHA256(secret, label || a || b) into out.
-func proof(out []byte, secret []byte, label string, a, b *[nonceLen]byte) {
+// proof computes HMAC-SHA256(secret, label || a || b || extra) into out.
+func proof(out []byte, secret []byte, label string, a, b *[nonceLen]byte, extra []byte) {
 	m := hmac.New(sha256.New, secret)
 	m.Write([]byte(label))
 	m.Write(a[:])
 	m.Write(b[:])
+	m.Write(extra)
 	m.Sum(out[:0])
+}
+
+// auth is a decoded msgAuth.
+type auth struct {
+	probeAddr uint64
+	probeRKey uint32
+	name      string
+	body, mac []byte // what the MAC covers, and the MAC (subslices of the message)
+}
+
+// putAuth writes a msgAuth into b (at least authMin+MaxClientNameLen
+// bytes) and returns its length.
+func putAuth(b []byte, seq uint32, secret []byte, sNonce, cNonce *[nonceLen]byte, probeAddr uint64, probeRKey uint32, name string) int {
+	putHeader(b, msgAuth, seq)
+	binary.LittleEndian.PutUint64(b[8:], probeAddr)
+	binary.LittleEndian.PutUint32(b[16:], probeRKey)
+	b[20], b[21], b[22], b[23] = byte(len(name)), 0, 0, 0
+	n := 24 + copy(b[24:], name)
+	proof(b[n:n+macLen], secret, clientLabel, sNonce, cNonce, b[headerLen:n])
+	return n + macLen
+}
+
+// parseAuth decodes a msgAuth; its MAC is checked apart (checkAuth).
+func parseAuth(b []byte) (auth, bool) {
+	if len(b) < authMin || b[0] != msgAuth || b[21] != 0 || b[22] != 0 || b[23] != 0 {
+		return auth{}, false
+	}
+	n := int(b[20])
+	if n > MaxClientNameLen || len(b) != authMin+n {
+		return auth{}, false
+	}
+	end := len(b) - macLen
+	return auth{probeAddr: binary.LittleEndian.Uint64(b[8:]), probeRKey: binary.LittleEndian.Uint32(b[16:]),
+		name: string(b[24:end]), body: b[headerLen:end], mac: b[end:]}, true
+}
+
+// checkAuth reports whether a's MAC proves secret.
+func checkAuth(a *auth, secret []byte, sNonce, cNonce *[nonceLen]byte) bool {
+	var want [macLen]byte
+	proof(want[:], secret, clientLabel, sNonce, cNonce, a.body)
+	return hmac.Equal(a.mac, want[:])
 }
 
 const (

@@ -43,13 +43,60 @@ func TestHello(t *testing.T) {
 func TestProofs(t *testing.T) {
 	var a, b [nonceLen]byte
 	a[0], b[0] = 1, 2
-	var p1, p2, p3, p4 [macLen]byte
-	proof(p1[:], []byte("secret"), clientLabel, &a, &b)
-	proof(p2[:], []byte("secret"), clientLabel, &a, &b)
-	proof(p3[:], []byte("Secret"), clientLabel, &a, &b)
-	proof(p4[:], []byte("secret"), serverLabel, &a, &b)
-	if p1 != p2 || p1 == p3 || p1 == p4 {
-		t.Fatalf("proofs: same inputs equal %v, other secret differs %v, other label differs %v", p1 == p2, p1 != p3, p1 != p4)
+	var p1, p2, p3, p4, p5 [macLen]byte
+	proof(p1[:], []byte("secret"), clientLabel, &a, &b, nil)
+	proof(p2[:], []byte("secret"), clientLabel, &a, &b, nil)
+	proof(p3[:], []byte("Secret"), clientLabel, &a, &b, nil)
+	proof(p4[:], []byte("secret"), serverLabel, &a, &b, nil)
+	proof(p5[:], []byte("secret"), clientLabel, &a, &b, []byte{0})
+	if p1 != p2 || p1 == p3 || p1 == p4 || p1 == p5 {
+		t.Fatalf("proofs: same inputs equal %v, other secret differs %v, other label differs %v, other extra differs %v",
+			p1 == p2, p1 != p3, p1 != p4, p1 != p5)
+	}
+}
+
+// TestAuthMessage: a msgAuth decodes to what was put, its MAC proves the
+// secret it was made with and no other, and any byte changed on the wire
+// (name, probe key, nonce) breaks the proof or the decoding.
+func TestAuthMessage(t *testing.T) {
+	var sn, cn [nonceLen]byte
+	sn[0], cn[0] = 7, 9
+	secret := []byte("the secret")
+	for _, name := range []string{"", "reader", string(bytes.Repeat([]byte("n"), MaxClientNameLen))} {
+		var b [recvSize]byte
+		n := putAuth(b[:], 3, secret, &sn, &cn, 0x1234_5678_9000, 0xabcdef01, name)
+		if n != authMin+len(name) || n > recvSize {
+			t.Fatalf("name %q: auth of %d bytes, want %d", name, n, authMin+len(name))
+		}
+		a, ok := parseAuth(b[:n])
+		if !ok || a.name != name || a.probeAddr != 0x1234_5678_9000 || a.probeRKey != 0xabcdef01 {
+			t.Fatalf("name %q: parseAuth %+v %v", name, a, ok)
+		}
+		if !checkAuth(&a, secret, &sn, &cn) {
+			t.Fatalf("name %q: proof refused", name)
+		}
+		if checkAuth(&a, []byte("other"), &sn, &cn) || checkAuth(&a, secret, &cn, &sn) {
+			t.Fatalf("name %q: proof taken with another secret or swapped nonces", name)
+		}
+		for i := headerLen; i < n; i++ {
+			m := bytes.Clone(b[:n])
+			m[i] ^= 0x10
+			if a, ok := parseAuth(m); ok && checkAuth(&a, secret, &sn, &cn) {
+				t.Fatalf("name %q: byte %d changed, proof still taken", name, i)
+			}
+		}
+		if _, ok := parseAuth(b[:n-1]); ok {
+			t.Fatalf("name %q: truncated auth decoded", name)
+		}
+	}
+}
+
+func TestAccessString(t *testing.T) {
+	for a, want := range map[Access]string{0: "none", AccessRead: "read", AccessAll: "read|write|atomic",
+		AccessWrite | AccessAtomic: "write|atomic", AccessRead | 0x10: "read|0x10"} {
+		if got := a.String(); got != want {
+			t.Errorf("Access(%#x).String() = %q, want %q", uint8(a), got, want)
+		}
 	}
 }
 
@@ -87,7 +134,12 @@ func FuzzParse(f *testing.F) {
 	var b [recvSize]byte
 	f.Add(b[:putOpen(b[:], 1, "w")])
 	f.Add(b[:putOpenOK(b[:], 1, openOK{addr: 8, rkey: 1, size: 8})])
+	var n [nonceLen]byte
+	f.Add(b[:putAuth(b[:], 1, []byte("s"), &n, &n, 8, 1, "client")])
 	f.Fuzz(func(t *testing.T, m []byte) {
+		if a, ok := parseAuth(m); ok {
+			checkAuth(&a, []byte("s"), &n, &n)
+		}
 		header(m)
 		parseOpen(m)
 		parseOpenOK(m)

@@ -157,6 +157,9 @@ func (w *Window) RPut(ctx context.Context, src []byte, disp int) (*Request, erro
 	if err := w.check(disp, len(src)); err != nil {
 		return nil, err
 	}
+	if err := w.need(AccessWrite); err != nil {
+		return nil, err
+	}
 	c := w.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -180,6 +183,9 @@ func (w *Window) RPut(ctx context.Context, src []byte, disp int) (*Request, erro
 // request completes.
 func (w *Window) RGet(ctx context.Context, dst []byte, disp int) (*Request, error) {
 	if err := w.check(disp, len(dst)); err != nil {
+		return nil, err
+	}
+	if err := w.need(AccessRead); err != nil {
 		return nil, err
 	}
 	c := w.c
@@ -222,6 +228,9 @@ func (w *Window) RAccumulate(ctx context.Context, origin []byte, dt datatype.Bas
 	if err := w.check(disp, len(origin)); err != nil {
 		return nil, err
 	}
+	if err := w.need(AccessAtomic); err != nil {
+		return nil, err
+	}
 	if err := c.begin(ctx); err != nil {
 		return nil, err
 	}
@@ -257,6 +266,9 @@ func (w *Window) RGetAccumulate(ctx context.Context, origin, result []byte, dt d
 		return completed(nil)
 	}
 	if err := w.check(disp, len(result)); err != nil {
+		return nil, err
+	}
+	if err := w.need(fetchNeeds(o)); err != nil {
 		return nil, err
 	}
 	if err := c.begin(ctx); err != nil {

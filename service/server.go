@@ -1,8 +1,8 @@
 package service
 
 import (
+	"bytes"
 	"context"
-	"crypto/hmac"
 	"crypto/rand"
 	"errors"
 	"fmt"
@@ -38,10 +38,7 @@ type Server struct {
 	cancel context.CancelFunc
 	stop   atomic.Bool // tells the control loop to leave
 	kick   chan struct{}
-	// handshakes bounds the connection requests being accepted at once
-	// (MaxPending): each waits for its client in a goroutine of its own.
-	handshakes chan struct{}
-	wg         sync.WaitGroup
+	wg     sync.WaitGroup
 
 	closeOnce sync.Once
 	closeErr  error
@@ -51,6 +48,8 @@ type Server struct {
 	windows map[string]*exposed
 	byID    []*exposed        // windows[name].id indexes it
 	conns   map[uint32]*sconn // by QP number
+	unauth  []*sconn          // connections not authenticated yet, oldest first (MaxPending)
+	secrets []secret          // accepted, the current one first
 	serial  uint32
 	victims []*sconn // scratch of the watch loop
 	probed  time.Time
@@ -58,7 +57,8 @@ type Server struct {
 	stats   ServerStats
 }
 
-// exposed is one window.
+// exposed is one window. Its MR grants no remote access: clients reach
+// it through memory windows bound to their own QPs (grant).
 type exposed struct {
 	name  string
 	id    uint32
@@ -68,24 +68,46 @@ type exposed struct {
 	stats WindowStats
 }
 
+// grant is what one connection may do to one window, and its key.
+type grant struct {
+	access Access
+	mw     *verbs.MW
+	rkey   uint32
+}
+
+// secret is a secret the server accepts, until retire if that is set.
+type secret struct {
+	key    []byte
+	gen    uint32
+	retire time.Time
+}
+
 // sconn is one connection at the server. Its flags are under Server.mu.
 type sconn struct {
-	id       *verbs.CMID
-	qp       *verbs.QP
-	qpn      uint32
-	serial   uint32
-	cNonce   [nonceLen]byte
-	sNonce   [nonceLen]byte
-	accepted bool // Accept returned: the watch loop owns the id's events
-	authed   bool
-	failing  bool // its proof was refused; it goes when the refusal is sent
-	kill     bool // to be torn down by the watch loop
-	dead     bool // torn down, or about to be
-	deadline time.Time
-	sends    int // sends outstanding, replies and probes
-	probing  bool
-	locks    map[uint32]byte // by window id: the lock held or waited for (lockWaiting)
-	stats    ConnStats
+	id        *verbs.CMID
+	qp        *verbs.QP
+	qpn       uint32
+	serial    uint32
+	cNonce    [nonceLen]byte
+	sNonce    [nonceLen]byte
+	abort     context.CancelFunc // ends its handshake (accept) early
+	pending   bool               // in Server.unauth
+	evicted   bool               // dropped for a newer connection request (MaxPending)
+	accepted  bool               // Accept returned: the watch loop owns the id's events
+	authed    bool
+	gen       uint32 // the generation of the secret it proved
+	failing   bool   // its proof was refused; it goes when the refusal is sent
+	kill      bool   // to be torn down by the watch loop
+	dead      bool   // torn down, or about to be
+	deadline  time.Time
+	sends     int // sends outstanding, replies and probes
+	probing   bool
+	probeAddr uint64 // the client's memory its probes READ
+	probeRKey uint32
+	info      ClientInfo
+	grants    map[uint32]*grant // by window id: the windows it opened
+	locks     map[uint32]byte   // by window id: the lock held or waited for (lockWaiting)
+	stats     ConnStats
 }
 
 // maxConnSends bounds a connection's outstanding sends: a client has one
@@ -93,6 +115,11 @@ type sconn struct {
 // maxLockWaits), each of which may be granted as the request comes; one
 // more for a probe.
 const maxConnSends = 6
+
+// maxConnBinds bounds the windows one connection opens, each a memory
+// window bound by an unsignaled work request on its send queue (which
+// the signaled reply after it frees).
+const maxConnBinds = 64
 
 // Listen listens for clients on addr, an IP address and port of an RDMA
 // device's network interface ("10.0.0.1:7471"; port 0 picks one, see
@@ -118,7 +145,8 @@ func Listen(ctx context.Context, addr string, cfg ServerConfig) (s *Server, err 
 	if ap.Addr().IsUnspecified() {
 		return nil, fmt.Errorf("%w: listen on a specific address, not %v", verbs.ErrInvalid, ap.Addr())
 	}
-	s = &Server{cfg: cfg, kick: make(chan struct{}, 1), handshakes: make(chan struct{}, cfg.MaxPending), windows: map[string]*exposed{}, conns: map[uint32]*sconn{}}
+	s = &Server{cfg: cfg, kick: make(chan struct{}, 1), windows: map[string]*exposed{}, conns: map[uint32]*sconn{},
+		secrets: []secret{{key: cfg.Secret, gen: 1}}}
 	made := s
 	defer func() {
 		if err != nil {
@@ -153,6 +181,9 @@ func Listen(ctx context.Context, addr string, cfg ServerConfig) (s *Server, err 
 	if attr.AtomicCap != verbs.AtomicNone {
 		s.flags |= flagAtomics
 	}
+	if !attr.MemWindowType2 {
+		return nil, fmt.Errorf("%w: device %s has no type 2 memory windows, which the server's per-client keys need", verbs.ErrNotSupported, route.Device)
+	}
 	if s.pd, err = s.dev.AllocPD(); err != nil {
 		return nil, err
 	}
@@ -176,7 +207,8 @@ func Listen(ctx context.Context, addr string, cfg ServerConfig) (s *Server, err 
 	if s.srq, err = s.pd.CreateSRQ(verbs.SRQConfig{MaxWR: cfg.RecvBuffers}); err != nil {
 		return nil, err
 	}
-	if s.rbuf, err = verbs.Alloc(cfg.RecvBuffers * recvSize); err != nil {
+	// The receive buffers, then where probes land.
+	if s.rbuf, err = verbs.Alloc(cfg.RecvBuffers*recvSize + recvSize); err != nil {
 		return nil, err
 	}
 	if s.rmr, err = s.pd.RegisterMR(s.rbuf, verbs.AccessLocalWrite); err != nil {
@@ -207,7 +239,8 @@ func (s *Server) Conns() int {
 }
 
 // Expose makes mem a window that authenticated clients may open by name
-// and read, write and update with atomics, until Close. mem must be
+// and read, write and update with atomics (as ServerConfig.Authorize
+// lets each), until Close. mem must be
 // 8-byte aligned (memory from verbs.Alloc is page aligned), must not be
 // empty, and must stay valid until Close returns; the server registers
 // it (it is pinned until Close). Clients' NIC atomics, reads and writes
@@ -229,7 +262,9 @@ func (s *Server) Expose(name string, mem []byte) error {
 	if _, ok := s.windows[name]; ok {
 		return fmt.Errorf("%w: %q", ErrExists, name)
 	}
-	mr, err := s.pd.RegisterMR(mem, verbs.AccessLocalWrite|verbs.AccessRemoteRead|verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic)
+	// No remote access of its own: only the memory windows bound to
+	// authenticated clients' QPs reach it.
+	mr, err := s.pd.RegisterMR(mem, verbs.AccessLocalWrite|verbs.AccessMWBind)
 	if err != nil {
 		return err
 	}
@@ -312,10 +347,15 @@ func (s *Server) release() error {
 }
 
 // teardown disconnects and destroys a connection already taken out of
-// the table.
+// the table: its keys die with their memory windows, before its QP.
 func teardown(c *sconn) {
 	c.id.Disconnect()
-	c.qp.Close()
+	for _, g := range c.grants {
+		g.mw.Close()
+	}
+	if c.qp != nil {
+		c.qp.Close()
+	}
 	c.id.Close()
 }
 
@@ -326,7 +366,10 @@ func (s *Server) signal() {
 	}
 }
 
-// acceptLoop takes connection requests.
+// acceptLoop takes connection requests. Each handshake runs in a
+// goroutine of its own with its own deadline; beyond MaxPending
+// connections not authenticated yet, the oldest is dropped, so a flood of
+// requests that never finish cannot keep a client out.
 func (s *Server) acceptLoop() {
 	defer s.wg.Done()
 	for {
@@ -340,35 +383,71 @@ func (s *Server) acceptLoop() {
 		if ev.Type != verbs.CMConnectRequest || ev.ID == nil {
 			continue
 		}
-		// A client that stops answering mid-handshake holds its own
-		// goroutine for up to AuthTimeout, not the requests after it.
-		select {
-		case s.handshakes <- struct{}{}:
-			s.wg.Add(1)
-			go func() {
-				defer s.wg.Done()
-				s.request(ev)
-				<-s.handshakes
-			}()
-		default:
-			s.request(ev) // MaxPending under way already: this one waits its turn
+		c := &sconn{id: ev.ID, deadline: time.Now().Add(s.cfg.AuthTimeout), stats: ConnStats{Peer: ev.ID.PeerAddr()}}
+		hctx, cancel := context.WithDeadline(s.ctx, c.deadline)
+		c.abort = cancel
+		s.mu.Lock()
+		s.stats.Requests++
+		for len(s.unauth) >= s.cfg.MaxPending {
+			s.stats.Evicted++
+			s.evict(s.unauth[0])
+		}
+		c.pending = true
+		s.unauth = append(s.unauth, c)
+		s.mu.Unlock()
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			defer cancel()
+			s.request(hctx, c, ev.PrivateData)
+		}()
+	}
+}
+
+// evict ends a connection that has not authenticated; s.mu is held.
+func (s *Server) evict(c *sconn) {
+	s.unlist(c)
+	c.evicted = true
+	if c.accepted {
+		s.drop(c)
+	} else {
+		c.abort() // its handshake gives up
+	}
+}
+
+// unlist takes c out of the unauthenticated connections; s.mu is held.
+func (s *Server) unlist(c *sconn) {
+	if !c.pending {
+		return
+	}
+	c.pending = false
+	for i, o := range s.unauth {
+		if o == c {
+			s.unauth = append(s.unauth[:i], s.unauth[i+1:]...)
+			s.unauth[len(s.unauth) : len(s.unauth)+1][0] = nil
+			return
 		}
 	}
 }
 
 // request answers one connection request: a reject, or an accept with
-// the server's nonce, the connection then waiting for its proof.
-func (s *Server) request(ev verbs.CMEvent) {
-	id := ev.ID
+// the server's nonce, the connection then waiting for its proof. ctx ends
+// at the connection's authentication deadline, or when it is evicted.
+func (s *Server) request(ctx context.Context, c *sconn, hello []byte) {
+	id := c.id
 	refuse := func(reason byte) {
+		s.mu.Lock()
+		s.unlist(c)
+		s.mu.Unlock()
 		id.Reject(rejectData(reason))
 		id.Close()
 	}
-	cNonce, err := parseHello(ev.PrivateData)
+	cNonce, err := parseHello(hello)
 	if err != nil {
 		refuse(rejectProtocol)
 		return
 	}
+	c.cNonce = cNonce
 	s.mu.Lock()
 	full, closed := len(s.conns) >= s.cfg.MaxConns, s.closed
 	if full && !closed {
@@ -383,20 +462,20 @@ func (s *Server) request(ev verbs.CMEvent) {
 		refuse(rejectFull)
 		return
 	}
-	c := &sconn{id: id, cNonce: cNonce, stats: ConnStats{Peer: id.PeerAddr()}}
 	if _, err := rand.Read(c.sNonce[:]); err != nil {
 		refuse(rejectClosing)
 		return
 	}
 	id.SetAckTimeout(14)
 	c.qp, err = id.CreateQP(s.pd, verbs.QPConfig{SendCQ: s.scq, RecvCQ: s.rcq, SRQ: s.srq,
-		MaxSendWR: maxConnSends + 2, MaxInlineData: maxReply})
+		MaxSendWR: maxConnSends + 4, MaxInlineData: maxReply})
 	if err != nil {
 		refuse(rejectClosing)
 		return
 	}
 	if c.qp.MaxInline() < maxReply {
 		c.qp.Close()
+		c.qp = nil
 		refuse(rejectClosing)
 		return
 	}
@@ -404,38 +483,27 @@ func (s *Server) request(ev verbs.CMEvent) {
 	s.mu.Lock()
 	s.serial = (s.serial + 1) &^ probeTag
 	c.serial = s.serial
-	c.deadline = time.Now().Add(s.cfg.AuthTimeout)
 	s.conns[c.qpn] = c
-	// Bound the unauthenticated connections: drop the oldest beyond.
-	pending, oldest := 0, (*sconn)(nil)
-	for _, o := range s.conns {
-		if o.authed || o.dead || o.kill || (!o.accepted && o != c) {
-			continue // handshakes under way are bounded apart
-		}
-		pending++
-		if o != c && o.accepted && (oldest == nil || o.deadline.Before(oldest.deadline)) {
-			oldest = o
-		}
-	}
-	if pending > s.cfg.MaxPending && oldest != nil {
-		oldest.kill = true
-		s.signal()
-	}
 	s.mu.Unlock()
 
-	actx, cancel := context.WithTimeout(s.ctx, s.cfg.AuthTimeout)
-	_, err = id.Accept(actx, verbs.ConnParam{PrivateData: appendHello(nil, &c.sNonce)})
-	cancel()
+	_, err = id.Accept(ctx, verbs.ConnParam{PrivateData: appendHello(nil, &c.sNonce)})
 	if err == nil {
 		// Before the watch loop owns the connection: a QP on an SRQ that
 		// runs dry should stall its sender briefly, not 655 ms.
 		c.qp.SetMinRNRTimer(12)
 	}
 	s.mu.Lock()
-	if err != nil || c.dead {
+	if err != nil || c.dead || c.evicted {
 		if !c.dead {
 			c.dead = true
 			delete(s.conns, c.qpn)
+			if c.pending && !s.closed {
+				s.stats.AuthTimeouts++ // not evicted: its deadline passed
+			}
+			s.unlist(c)
+			if c.authed { // it proved the secret before Accept returned
+				s.gone(c)
+			}
 		}
 		s.mu.Unlock()
 		teardown(c)
@@ -461,8 +529,8 @@ func (s *Server) watchLoop() {
 		case <-timer.C:
 		}
 		now := time.Now()
-		var next time.Time
 		s.mu.Lock()
+		next := s.expire(now)
 		victims := s.victims[:0]
 		for qpn, c := range s.conns {
 			if !c.accepted {
@@ -477,12 +545,17 @@ func (s *Server) watchLoop() {
 					c.kill = true
 				}
 			}
-			if !c.authed && !now.Before(c.deadline) {
+			if !c.authed && !c.kill && !now.Before(c.deadline) {
+				s.stats.AuthTimeouts++
 				c.kill = true
+			}
+			if c.authed && !c.kill && s.retired(c.gen) {
+				c.kill = true // it proved a secret the server no longer takes
 			}
 			if c.kill {
 				c.dead = true
 				delete(s.conns, qpn)
+				s.unlist(c)
 				s.gone(c)
 				victims = append(victims, c)
 			} else if !c.authed && (next.IsZero() || c.deadline.Before(next)) {
@@ -573,56 +646,185 @@ func (s *Server) message(c *sconn, msg, reply []byte) {
 		return
 	}
 	if !c.authed {
-		if c.failing {
-			return
-		}
-		var want [macLen]byte
-		proof(want[:], s.cfg.Secret, clientLabel, &c.sNonce, &c.cNonce)
-		if typ != msgAuth || len(msg) != authLen || !hmac.Equal(msg[headerLen:], want[:]) {
-			c.failing = true
-			s.stats.AuthFailures++
-			putHeader(reply, msgAuthFail, seq)
-			if !s.send(c, reply[:headerLen]) {
-				s.drop(c)
-			}
-			return
-		}
-		c.authed = true
-		s.stats.Connects++
-		putHeader(reply, msgAuthOK, seq)
-		proof(reply[headerLen:], s.cfg.Secret, serverLabel, &c.cNonce, &c.sNonce)
-		if !s.send(c, reply[:authLen]) {
-			s.drop(c)
+		if !c.failing {
+			s.authenticate(c, msg, seq, reply)
 		}
 		return
 	}
 	c.stats.Requests++
 	switch typ {
 	case msgOpen:
+		s.open(c, msg, seq, reply)
 	case msgAcc:
 		s.accumulate(c, msg, seq, reply)
-		return
 	case msgLock, msgUnlock:
 		s.lock(c, msg, seq, reply)
-		return
 	default:
 		s.drop(c)
+	}
+}
+
+// authenticate checks c's proof against the secrets the server takes,
+// and answers with its own; s.mu is held.
+func (s *Server) authenticate(c *sconn, msg []byte, seq uint32, reply []byte) {
+	a, ok := parseAuth(msg)
+	var key *secret
+	for i := range s.secrets {
+		if ok && checkAuth(&a, s.secrets[i].key, &c.sNonce, &c.cNonce) {
+			key = &s.secrets[i]
+			break
+		}
+	}
+	if key == nil {
+		c.failing = true
+		s.stats.AuthFailures++
+		putHeader(reply, msgAuthFail, seq)
+		if !s.send(c, reply[:headerLen]) {
+			s.drop(c)
+		}
 		return
 	}
-	n := openErrLen
-	if name, ok := parseOpen(msg); !ok {
-		putHeader(reply, msgOpenErr, seq)
-		reply[headerLen] = openBad
-	} else if w := s.windows[string(name)]; w == nil {
-		putHeader(reply, msgOpenErr, seq)
-		reply[headerLen] = openUnknown
-	} else {
-		n = putOpenOK(reply, seq, openOK{addr: w.mr.Addr(), rkey: w.mr.RKey(), id: w.id, size: uint64(len(w.mem)), flags: s.flags})
-		w.stats.Opens++
-	}
-	if !s.send(c, reply[:n]) {
+	c.authed, c.gen = true, key.gen
+	c.probeAddr, c.probeRKey = a.probeAddr, a.probeRKey
+	c.info = ClientInfo{Addr: c.stats.Peer, Name: a.name}
+	s.unlist(c)
+	s.stats.Connects++
+	putHeader(reply, msgAuthOK, seq)
+	proof(reply[headerLen:authOKLen], key.key, serverLabel, &c.cNonce, &c.sNonce, nil)
+	if !s.send(c, reply[:authOKLen]) {
 		s.drop(c)
 	}
+}
+
+// open answers a msgOpen: the window's key for this connection, a memory
+// window bound to its QP with the rights ServerConfig.Authorize gives
+// (the same key if it opened the window before); s.mu is held.
+func (s *Server) open(c *sconn, msg []byte, seq uint32, reply []byte) {
+	refuse := func(reason byte) {
+		putHeader(reply, msgOpenErr, seq)
+		reply[headerLen] = reason
+		s.reply(c, reply[:openErrLen])
+	}
+	name, ok := parseOpen(msg)
+	if !ok {
+		refuse(openBad)
+		return
+	}
+	w := s.windows[string(name)]
+	if w == nil {
+		refuse(openUnknown)
+		return
+	}
+	g := c.grants[w.id]
+	if g == nil {
+		access := AccessAll
+		if s.cfg.Authorize != nil {
+			access = s.cfg.Authorize(c.info, w.name) & AccessAll
+		}
+		if access == 0 {
+			w.stats.Denied++
+			refuse(openDenied)
+			return
+		}
+		var err error
+		if g, err = s.bind(c, w, access); err != nil {
+			s.drop(c)
+			return
+		}
+	}
+	n := putOpenOK(reply, seq, openOK{addr: w.mr.Addr(), rkey: g.rkey, id: w.id, size: uint64(len(w.mem)),
+		flags: s.flags | uint8(g.access)<<accessShift})
+	w.stats.Opens++
+	s.reply(c, reply[:n])
+}
+
+// bind makes c's key for w: a type 2 memory window bound to c's QP (the
+// reply posted after it goes out once it is bound); s.mu is held.
+func (s *Server) bind(c *sconn, w *exposed, access Access) (*grant, error) {
+	if len(c.grants) >= maxConnBinds {
+		return nil, fmt.Errorf("%w: more than %d windows opened on one connection", verbs.ErrInvalid, maxConnBinds)
+	}
+	mw, err := s.pd.AllocMW()
+	if err != nil {
+		return nil, err
+	}
+	var key [1]byte
+	rand.Read(key[:])
+	var va verbs.Access
+	if access&(AccessRead|AccessAtomic) != 0 {
+		va |= verbs.AccessRemoteRead
+	}
+	if access&AccessWrite != 0 {
+		va |= verbs.AccessRemoteWrite
+	}
+	if access&AccessAtomic != 0 {
+		va |= verbs.AccessRemoteAtomic
+	}
+	rkey, err := c.qp.PostBindMW(uint64(c.qpn)<<32|uint64(c.serial), mw, key[0], w.mr, 0, len(w.mem), va, 0)
+	if err != nil {
+		mw.Close()
+		return nil, err
+	}
+	if c.grants == nil {
+		c.grants = map[uint32]*grant{}
+	}
+	g := &grant{access: access, mw: mw, rkey: rkey}
+	c.grants[w.id] = g
+	return g, nil
+}
+
+// SetSecret makes secret the one clients must prove from now on. The
+// previous secrets are still taken for grace, for new connections and
+// for those that proved them; then those connections are dropped, and
+// their keys die with them (their calls fail with verbs.ErrPeerLost, and
+// they Dial again with the new secret). A grace of 0 drops them at once.
+func (s *Server) SetSecret(key []byte, grace time.Duration) error {
+	if len(key) == 0 || grace < 0 {
+		return fmt.Errorf("%w: an empty secret or a negative grace", verbs.ErrInvalid)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	until := time.Now().Add(grace)
+	for i := range s.secrets {
+		if s.secrets[i].retire.IsZero() || s.secrets[i].retire.After(until) {
+			s.secrets[i].retire = until
+		}
+	}
+	s.secrets = append([]secret{{key: bytes.Clone(key), gen: s.secrets[0].gen + 1}}, s.secrets...)
+	s.signal()
+	return nil
+}
+
+// expire forgets the secrets whose grace has passed and returns when the
+// next one's ends (zero if none); s.mu is held.
+func (s *Server) expire(now time.Time) (next time.Time) {
+	keep := s.secrets[:0]
+	for _, k := range s.secrets {
+		if !k.retire.IsZero() && !now.Before(k.retire) {
+			continue
+		}
+		keep = append(keep, k)
+		if !k.retire.IsZero() && (next.IsZero() || k.retire.Before(next)) {
+			next = k.retire
+		}
+	}
+	clear(s.secrets[len(keep):])
+	s.secrets = keep
+	return next
+}
+
+// retired reports whether the secret of generation gen is no longer
+// taken; s.mu is held.
+func (s *Server) retired(gen uint32) bool {
+	for _, k := range s.secrets {
+		if k.gen == gen {
+			return false
+		}
+	}
+	return true
 }
 
 // send posts a reply to c (inline, so b may be reused at once); s.mu is

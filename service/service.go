@@ -30,21 +30,79 @@ var (
 	ErrClosed = verbs.ErrClosed
 	// ErrExists: Expose was given a name already exposed.
 	ErrExists = errors.New("service: a window of that name is already exposed")
+	// ErrDenied: the server does not let this client open the window
+	// (ServerConfig.Authorize), or the call needs an Access the window was
+	// not opened with (Window.Access).
+	ErrDenied = errors.New("service: access denied")
 )
+
+// Access is what a client may do to a window: the rights of the memory
+// key the server hands it for that window (and the checks of its engine).
+type Access uint8
+
+const (
+	// AccessRead: Get, and the fetching calls with op.NoOp.
+	AccessRead Access = 1 << iota
+	// AccessWrite: Put.
+	AccessWrite
+	// AccessAtomic: the accumulate family. Its calls return old values,
+	// so the key also reads.
+	AccessAtomic
+	// AccessAll is every right.
+	AccessAll = AccessRead | AccessWrite | AccessAtomic
+)
+
+func (a Access) String() string {
+	if a == 0 {
+		return "none"
+	}
+	var b []byte
+	for _, f := range []struct {
+		a Access
+		s string
+	}{{AccessRead, "read"}, {AccessWrite, "write"}, {AccessAtomic, "atomic"}} {
+		if a&f.a != 0 {
+			if len(b) > 0 {
+				b = append(b, '|')
+			}
+			b = append(b, f.s...)
+		}
+	}
+	if a&^AccessAll != 0 {
+		b = fmt.Appendf(b, "|%#x", uint8(a&^AccessAll))
+	}
+	return string(b)
+}
+
+// ClientInfo describes an authenticated client to ServerConfig.Authorize.
+type ClientInfo struct {
+	// Addr is the client's address.
+	Addr netip.AddrPort
+	// Name is ClientConfig.Name. The client's proof covers it, so it
+	// cannot be changed on the wire, but any holder of the secret may
+	// claim any name: clients that do not trust each other need servers
+	// (or secrets) of their own.
+	Name string
+}
 
 // ServerConfig configures Listen. Only Secret is required.
 type ServerConfig struct {
 	// Secret is shared with the clients, which must prove they hold it
-	// before they learn anything. Use 32 random bytes or more.
+	// before they learn anything. Use 32 random bytes or more. See
+	// Server.SetSecret to change it while the server runs.
 	Secret []byte
+	// Authorize, if set, decides what a client may do to a window when it
+	// opens it (it runs in the server's control loop: keep it quick). No
+	// Access (0) refuses the open with ErrDenied. Without it every
+	// authenticated client gets AccessAll on every window.
+	Authorize func(c ClientInfo, window string) Access
 	// MaxConns bounds the connections, authenticated or not (default
 	// 1024); a client beyond it gets ErrServerFull.
 	MaxConns int
-	// MaxPending bounds the connections that have not authenticated yet
-	// (default 32): beyond it, the oldest is dropped. It also bounds the
-	// connection requests being accepted at once, each waiting for its
-	// client apart (at most AuthTimeout); a request beyond them waits its
-	// turn.
+	// MaxPending bounds the connections that have not authenticated yet,
+	// from their request to their proof (default 32): a request beyond it
+	// drops the oldest of them. Each handshake runs on its own, so a slow
+	// or silent client holds up nobody else.
 	MaxPending int
 	// AuthTimeout is how long a connection may take from its request to
 	// its proof (default 2 s); a slower one is dropped.
@@ -91,6 +149,9 @@ func (c *ServerConfig) defaults() error {
 type ClientConfig struct {
 	// Secret is the server's secret.
 	Secret []byte
+	// Name tells the server who the client is, for its
+	// ServerConfig.Authorize (at most MaxClientNameLen bytes).
+	Name string
 	// StagingSize is the client's registered buffer through which Put and
 	// Get move data, in bytes (default 64 KiB): longer transfers go in
 	// pieces of this size.
@@ -105,6 +166,9 @@ type ClientConfig struct {
 func (c *ClientConfig) defaults() error {
 	if len(c.Secret) == 0 {
 		return fmt.Errorf("%w: ClientConfig.Secret is required", verbs.ErrInvalid)
+	}
+	if len(c.Name) > MaxClientNameLen {
+		return fmt.Errorf("%w: client name of %d bytes (at most %d)", verbs.ErrInvalid, len(c.Name), MaxClientNameLen)
 	}
 	if c.StagingSize < 0 || c.AckTimeout < 0 || c.AckTimeout > 31 {
 		return fmt.Errorf("%w: staging size %d, ACK timeout %d", verbs.ErrInvalid, c.StagingSize, c.AckTimeout)

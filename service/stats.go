@@ -11,9 +11,13 @@ import (
 // (ClientStats).
 type ServerStats struct {
 	Conns          int    // connections now, authenticated or not
+	Pending        int    // connections now that have not authenticated (handshakes included)
+	Requests       uint64 // connection requests, authenticated later or not
 	Connects       uint64 // connections that authenticated
 	Disconnects    uint64 // authenticated connections gone (closed, died or dropped)
 	AuthFailures   uint64 // connections whose proof was refused
+	AuthTimeouts   uint64 // connections that had not proved the secret by AuthTimeout
+	Evicted        uint64 // connections not authenticated yet that a request beyond MaxPending dropped
 	Refused        uint64 // connection requests refused: MaxConns reached
 	LockRecoveries uint64 // locks given up because their holder went away
 	// Windows has the counters of each exposed window, by name.
@@ -25,6 +29,7 @@ type ServerStats struct {
 // WindowStats are the counters of one exposed window.
 type WindowStats struct {
 	Opens          uint64 // Open calls that found it
+	Denied         uint64 // Open calls that ServerConfig.Authorize refused
 	EngineOps      uint64 // accumulates applied by the server's engine
 	EngineBytes    uint64 // bytes of window those updated
 	EngineRejects  uint64 // accumulates refused (bad op, datatype or range)
@@ -36,6 +41,7 @@ type WindowStats struct {
 // ConnStats are the counters of one connection at the server.
 type ConnStats struct {
 	Peer          netip.AddrPort // the client's address
+	Name          string         // the client's ClientConfig.Name
 	Authenticated bool           // it proved it holds the secret
 	Requests      uint64         // messages after authentication (opens, engine ops, locks)
 	EngineOps     uint64         // accumulates the engine applied for it
@@ -51,6 +57,7 @@ func (s *Server) Stats() ServerStats {
 	defer s.mu.Unlock()
 	st := s.stats
 	st.Conns = len(s.conns)
+	st.Pending = len(s.unauth)
 	st.Windows = make(map[string]WindowStats, len(s.windows))
 	for name, w := range s.windows {
 		st.Windows[name] = w.stats
@@ -59,6 +66,7 @@ func (s *Server) Stats() ServerStats {
 	for _, c := range s.conns {
 		cs := c.stats
 		cs.Authenticated = c.authed
+		cs.Name = c.info.Name
 		for _, lt := range c.locks {
 			if lt&lockWaiting == 0 {
 				cs.LocksHeld++

@@ -41,6 +41,7 @@ type Window struct {
 	id      uint32 // the server's
 	size    int
 	policy  atomics.Policy
+	access  Access
 	lock    byte // lockShared or lockExclusive while the client holds one; under c.mu
 	all     bool // the lock is LockAll's
 	waiting bool // a Lock of the window waits for the server
@@ -49,6 +50,27 @@ type Window struct {
 
 // Size is the window's size in bytes.
 func (w *Window) Size() int { return w.size }
+
+// Access is what the server lets this client do to the window
+// (ServerConfig.Authorize). A call it does not cover fails with
+// ErrDenied before anything is sent.
+func (w *Window) Access() Access { return w.access }
+
+// need fails unless the window was opened with one of the rights in a.
+func (w *Window) need(a Access) error {
+	if w.access&a == 0 {
+		return fmt.Errorf("%w: the call needs %v access, and the window was opened with %v", ErrDenied, a, w.access)
+	}
+	return nil
+}
+
+// fetchNeeds is what a fetching call with o needs: NO_OP only reads.
+func fetchNeeds(o op.Op) Access {
+	if o == op.NoOp {
+		return AccessRead | AccessAtomic
+	}
+	return AccessAtomic
+}
 
 func (w *Window) check(disp, n int) error {
 	if disp < 0 || n < 0 || disp > w.size-n {
@@ -73,6 +95,9 @@ func (w *Window) Put(ctx context.Context, src []byte, disp int) error {
 	if err := w.check(disp, len(src)); err != nil {
 		return err
 	}
+	if err := w.need(AccessWrite); err != nil {
+		return err
+	}
 	c := w.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -85,6 +110,9 @@ func (w *Window) Put(ctx context.Context, src []byte, disp int) error {
 // Get reads len(dst) bytes of the window at disp into dst (RDMA READ).
 func (w *Window) Get(ctx context.Context, dst []byte, disp int) error {
 	if err := w.check(disp, len(dst)); err != nil {
+		return err
+	}
+	if err := w.need(AccessRead); err != nil {
 		return err
 	}
 	c := w.c
@@ -174,6 +202,9 @@ func (w *Window) Accumulate(ctx context.Context, origin []byte, dt datatype.Basi
 	if err := w.check(disp, len(origin)); err != nil {
 		return err
 	}
+	if err := w.need(AccessAtomic); err != nil {
+		return err
+	}
 	if err := c.begin(ctx); err != nil {
 		return err
 	}
@@ -225,6 +256,9 @@ func (w *Window) getAccumulate(ctx context.Context, origin, result []byte, dt da
 	if err := w.check(disp, len(result)); err != nil {
 		return err
 	}
+	if err := w.need(fetchNeeds(o)); err != nil {
+		return err
+	}
 	if err := c.begin(ctx); err != nil {
 		return err
 	}
@@ -265,6 +299,9 @@ func (w *Window) compareAndSwap(ctx context.Context, origin, compare, result []b
 			return err
 		}
 	} else if err := w.check(disp, es); err != nil {
+		return err
+	}
+	if err := w.need(AccessAtomic); err != nil {
 		return err
 	}
 	if err := c.begin(ctx); err != nil {
@@ -416,6 +453,8 @@ func (c *Client) refused(dt datatype.Basic, o op.Op) error {
 		return fmt.Errorf("%w: the server has not registered op %v", fallback.ErrUnknownOp, o)
 	case errLockState:
 		return fmt.Errorf("%w: the server's lock state disagrees", win.ErrEpoch)
+	case errDenied:
+		return fmt.Errorf("%w: refused by the server", ErrDenied)
 	}
 	return fmt.Errorf("%w: the server refused the request (reason %d)", ErrProtocol, reason)
 }

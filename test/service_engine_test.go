@@ -3,15 +3,11 @@
 package test
 
 import (
-	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -21,7 +17,6 @@ import (
 	"github.com/onesided/rma/datatype"
 	"github.com/onesided/rma/op"
 	"github.com/onesided/rma/service"
-	"github.com/onesided/rma/verbs"
 	"github.com/onesided/rma/win"
 )
 
@@ -387,74 +382,23 @@ func TestServiceAccumulateDeath(t *testing.T) {
 // NIC no longer answers, and nothing tells the server. It waits to be
 // killed.
 func svcFrozenHolder(ctx context.Context, addr string) (err error) {
-	var c cmCloser
-	defer func() { c.close(&err) }()
-	dst, err := netip.ParseAddrPort(addr)
+	w, err := dialWire(ctx, addr)
 	if err != nil {
 		return err
 	}
-	id, s, qp, err := cmRawClient(ctx, &c, dst, 0)
+	defer func() {
+		if cerr := w.close(); err == nil {
+			err = cerr
+		}
+	}()
+	if err := w.auth(ctx, os.Getenv("RMA_SVC_SECRET"), "frozen"); err != nil {
+		return err
+	}
+	alpha, err := w.open(ctx, "alpha")
 	if err != nil {
 		return err
 	}
-	for i := 0; i < 8; i++ {
-		if err := qp.PostRecv(uint64(100+i), s.mr.Local(2048+i*256, 256)); err != nil {
-			return err
-		}
-	}
-	cNonce := bytes.Repeat([]byte{3}, 32)
-	ev, err := id.Connect(ctx, verbs.ConnParam{PrivateData: append([]byte("RMAS\x01\x00\x00\x00"), cNonce...)})
-	if err != nil {
-		return err
-	}
-	if len(ev.PrivateData) < 40 || string(ev.PrivateData[:5]) != "RMAS\x01" {
-		return fmt.Errorf("accept private data %q", ev.PrivateData)
-	}
-	sNonce := bytes.Clone(ev.PrivateData[8:40])
-	seq := byte(0)
-	// call sends a message (its header's type t) and returns the reply.
-	call := func(t byte, body []byte) ([]byte, error) {
-		seq++
-		m := append([]byte{t, 0, 0, 0, seq, 0, 0, 0}, body...)
-		copy(s.mem[1024:], m)
-		if err := qp.PostSend(1, s.mr.Local(1024, len(m)), 0); err != nil {
-			return nil, err
-		}
-		for {
-			wc, err := s.poll(ctx)
-			if err == nil {
-				err = wc.Err()
-			}
-			if err != nil {
-				return nil, err
-			}
-			if wc.Opcode == verbs.WCRecv {
-				off := 2048 + int(wc.WRID-100)*256
-				r := bytes.Clone(s.mem[off : off+int(wc.ByteLen)])
-				if err := qp.PostRecv(wc.WRID, s.mr.Local(off, 256)); err != nil {
-					return nil, err
-				}
-				if len(r) < 8 || r[4] != seq {
-					return nil, fmt.Errorf("reply % x to message %d", r, seq)
-				}
-				return r, nil
-			}
-		}
-	}
-	m := hmac.New(sha256.New, []byte(os.Getenv("RMA_SVC_SECRET")))
-	m.Write([]byte("rma-service-client"))
-	m.Write(sNonce)
-	m.Write(cNonce)
-	r, err := call(1, m.Sum(nil))
-	if err != nil || r[0] != 0x81 {
-		return fmt.Errorf("authentication: % x, %v", r, err)
-	}
-	r, err = call(2, append([]byte{5}, "alpha"...))
-	if err != nil || r[0] != 0x83 || len(r) != 40 {
-		return fmt.Errorf("open: % x, %v", r, err)
-	}
-	lock := binary.LittleEndian.AppendUint32(nil, binary.LittleEndian.Uint32(r[20:]))
-	r, err = call(4, append(lock, 2, 0, 0, 0)) // exclusive
+	r, err := w.call(ctx, 4, append(binary.LittleEndian.AppendUint32(nil, alpha.id), 2, 0, 0, 0)) // exclusive
 	if err != nil || r[0] != 0x85 {
 		return fmt.Errorf("lock: % x, %v", r, err)
 	}
@@ -464,7 +408,7 @@ func svcFrozenHolder(ctx context.Context, addr string) (err error) {
 	if _, err := svcAwait(ctx, "freeze"); err != nil {
 		return err
 	}
-	if err := qp.SetError(); err != nil {
+	if err := w.qp.SetError(); err != nil {
 		return err
 	}
 	fmt.Printf("frozen=%d\n", time.Now().UnixNano())

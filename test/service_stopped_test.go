@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -124,9 +125,10 @@ func svcStoppedClient(ctx context.Context, addr string) error {
 	return svcWrite("done", "")
 }
 
-// svcStall: mode "stall". Three connection requests that never complete
-// their handshake (as from clients that froze mid-Dial) do not hold up a
-// Dial after them.
+// svcStall: mode "stall". Forty connection requests that never complete
+// their handshake (as from clients that froze mid-Dial, or an attacker)
+// do not hold up a Dial after them: beyond MaxPending (32) the oldest
+// handshakes are dropped, and each runs apart.
 func svcStall(ctx context.Context, addr string) (err error) {
 	var c cmCloser
 	defer func() { c.close(&err) }()
@@ -134,26 +136,26 @@ func svcStall(ctx context.Context, addr string) (err error) {
 	if err != nil {
 		return err
 	}
-	for i := 0; i < 3; i++ {
+	for i := 0; i < svcStalled; i++ {
 		id, _, _, err := cmRawClient(ctx, &c, ap, verbs.AccessLocalWrite)
 		if err != nil {
 			return err
 		}
 		// The request goes out; its events are never read, so the
 		// handshake never completes.
-		hello := append([]byte("RMAS\x01\x00\x00\x00"), make([]byte, 32)...)
+		hello := append([]byte("RMAS\x02\x00\x00\x00"), make([]byte, 32)...)
 		cctx, cancel := context.WithTimeout(ctx, time.Millisecond)
 		id.Connect(cctx, verbs.ConnParam{PrivateData: hello})
 		cancel()
 	}
 	time.Sleep(100 * time.Millisecond)
-	dctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+	dctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	start := time.Now()
 	cl, err := service.Dial(dctx, addr, svcConfig())
-	fmt.Printf("Dial behind 3 stalled handshakes: %v after %v\n", err, time.Since(start).Round(time.Millisecond))
+	fmt.Printf("Dial behind %d stalled handshakes: %v after %v\n", svcStalled, err, time.Since(start).Round(time.Millisecond))
 	if err != nil {
-		return fmt.Errorf("Dial (1.5 s) behind 3 stalled handshakes: %w", err)
+		return fmt.Errorf("Dial (1 s) behind %d stalled handshakes: %w", svcStalled, err)
 	}
 	fmt.Printf("dial_ms=%d\n", time.Since(start).Milliseconds())
 	w, err := cl.Open(ctx, "counter")
@@ -165,6 +167,9 @@ func svcStall(ctx context.Context, addr string) (err error) {
 	}
 	return err
 }
+
+// svcStalled is the number of stalled handshakes svcStall makes.
+const svcStalled = 40
 
 // cmRawClient makes an id resolved to dst and its QP (8 sends and
 // receives on one CQ), ready to connect, for clients of the wire protocol
@@ -231,6 +236,11 @@ func TestServiceStalledHandshakes(t *testing.T) {
 	s := newSvcTest(t, ctx)
 	srv, addr := s.server("server", 0)
 	out := s.client("client", addr, "stall").wait(t, false)
-	s.stop(srv)
-	t.Logf("Dial behind 3 stalled handshakes took %s ms", value(t, out, "dial_ms"))
+	st := s.stop(srv)
+	t.Logf("Dial behind %d stalled handshakes took %s ms", svcStalled, value(t, out, "dial_ms"))
+	t.Logf("server: %s connection requests, %s evicted, %s authentication timeouts",
+		value(t, st, "requests"), value(t, st, "evicted"), value(t, st, "authtimeouts"))
+	if n, _ := strconv.Atoi(value(t, st, "evicted")); n < svcStalled-32 {
+		t.Errorf("%d handshakes evicted, want at least %d (MaxPending 32)", n, svcStalled-32)
+	}
 }

@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/hmac"
-	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -124,6 +123,12 @@ func svcServer(ctx context.Context) (err error) {
 	if n, err := strconv.Atoi(os.Getenv("RMA_SVC_MAXPENDING")); err == nil {
 		cfg.MaxPending = n
 	}
+	if d, err := time.ParseDuration(os.Getenv("RMA_SVC_PROBE")); err == nil {
+		cfg.ProbeInterval = d
+	}
+	if os.Getenv("RMA_SVC_AUTHZ") != "" {
+		cfg.Authorize = svcAuthorize
+	}
 	mems := map[string][]byte{}
 	for _, w := range []struct {
 		name string
@@ -161,6 +166,22 @@ func svcServer(ctx context.Context) (err error) {
 		if _, err := os.Stat(svcDir("stop")); err == nil {
 			break
 		}
+		if b, err := os.ReadFile(svcDir("rotate")); err == nil {
+			// "rotate" holds the new secret and the grace.
+			secret, grace, _ := strings.Cut(string(b), " ")
+			d, err := time.ParseDuration(grace)
+			if err != nil {
+				return err
+			}
+			if err := srv.SetSecret([]byte(secret), d); err != nil {
+				return err
+			}
+			os.Remove(svcDir("rotate"))
+			if err := svcWrite("rotated", ""); err != nil {
+				return err
+			}
+			continue
+		}
 		if b, err := os.ReadFile(svcDir("sample." + strconv.Itoa(k))); err == nil {
 			want, _ := strconv.Atoi(strings.TrimSpace(string(b)))
 			deadline := time.Now().Add(30 * time.Second)
@@ -190,8 +211,10 @@ func svcServer(ctx context.Context) (err error) {
 	fmt.Printf("counter=%d\n", int64(binary.NativeEndian.Uint64(mems["counter"])))
 	st := srv.Stats()
 	a := st.Windows["alpha"]
-	fmt.Printf("server stats: connects=%d disconnects=%d authfailures=%d refused=%d lockrecoveries=%d alpha_engineops=%d alpha_rejects=%d alpha_lockgrants=%d alpha_lockwaits=%d\n",
-		st.Connects, st.Disconnects, st.AuthFailures, st.Refused, st.LockRecoveries, a.EngineOps, a.EngineRejects, a.LockGrants, a.LockWaits)
+	fmt.Printf("server stats: requests=%d connects=%d disconnects=%d authfailures=%d authtimeouts=%d evicted=%d refused=%d lockrecoveries=%d alpha_engineops=%d alpha_rejects=%d alpha_lockgrants=%d alpha_lockwaits=%d alpha_denied=%d\n",
+		st.Requests, st.Connects, st.Disconnects, st.AuthFailures, st.AuthTimeouts, st.Evicted, st.Refused, st.LockRecoveries,
+		a.EngineOps, a.EngineRejects, a.LockGrants, a.LockWaits, a.Denied)
+	fmt.Printf("requests=%d\nauthtimeouts=%d\nevicted=%d\nauthfailures=%d\n", st.Requests, st.AuthTimeouts, st.Evicted, st.AuthFailures)
 	fmt.Printf("lockrecoveries=%d\n", st.LockRecoveries)
 	start = time.Now()
 	if err := srv.Close(); err != nil {
@@ -216,8 +239,14 @@ func svcConfig() service.ClientConfig {
 	return service.ClientConfig{Secret: []byte(os.Getenv("RMA_SVC_SECRET"))}
 }
 
+// svcModes are the client modes of other files.
+var svcModes = map[string]func(ctx context.Context, addr string) error{}
+
 func svcClient(ctx context.Context, mode string) error {
 	addr := os.Getenv("RMA_SVC_ADDR")
+	if f, ok := svcModes[mode]; ok {
+		return f(ctx, addr)
+	}
 	switch mode {
 	case "seq":
 		return svcSeq(ctx, addr)
@@ -595,12 +624,12 @@ func svcRaw(ctx context.Context, addr string, msgs [][]byte) (got [][]byte, disc
 			return nil, 0, err
 		}
 	}
-	hello := append([]byte("RMAS\x01\x00\x00\x00"), make([]byte, 32)...)
+	hello := append([]byte("RMAS\x02\x00\x00\x00"), make([]byte, 32)...)
 	ev, err := id.Connect(ctx, verbs.ConnParam{PrivateData: hello})
 	if err != nil {
 		return nil, 0, err
 	}
-	if len(ev.PrivateData) < 40 || string(ev.PrivateData[:5]) != "RMAS\x01" {
+	if len(ev.PrivateData) < 40 || string(ev.PrivateData[:5]) != "RMAS\x02" {
 		return nil, 0, fmt.Errorf("accept private data %q", ev.PrivateData)
 	}
 	start := time.Now()
@@ -892,6 +921,21 @@ func (s *svcTest) server(name string, port int, env ...string) (*cmProc, string)
 	pf := "port." + name
 	env = append(env, "RMA_SVC_LISTEN="+netip.AddrPortFrom(s.ip, uint16(port)).String(), "RMA_SVC_PORTFILE="+pf)
 	p := s.start(name, "server", env...)
+	s.t.Cleanup(func() {
+		// A test that failed before it stopped its server shows what the
+		// server saw.
+		if !s.t.Failed() || p.waited.Load() {
+			return
+		}
+		os.WriteFile(filepath.Join(s.dir, "stop"), nil, 0o644)
+		select {
+		case <-p.done:
+		case <-time.After(15 * time.Second):
+			p.cmd.Process.Kill()
+			<-p.done
+		}
+		s.t.Logf("%s output, after the failure:\n%s", name, p.out.String())
+	})
 	got := string(waitCMFile(s.ctx, s.t, filepath.Join(s.dir, pf), p))
 	return p, s.ip.String() + ":" + got
 }
@@ -1110,7 +1154,7 @@ func svcFrozen(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	if ev.Type != verbs.CMConnectRequest || len(ev.PrivateData) < 40 || string(ev.PrivateData[:5]) != "RMAS\x01" {
+	if ev.Type != verbs.CMConnectRequest || len(ev.PrivateData) < 40 || string(ev.PrivateData[:5]) != "RMAS\x02" {
 		return fmt.Errorf("event %v with private data %q, want a connection request of the protocol", ev.Type, ev.PrivateData)
 	}
 	id := ev.ID
@@ -1127,7 +1171,7 @@ func svcFrozen(ctx context.Context) (err error) {
 			return err
 		}
 	}
-	if _, err := id.Accept(ctx, verbs.ConnParam{PrivateData: append([]byte("RMAS\x01\x00\x00\x00"), sNonce...)}); err != nil {
+	if _, err := id.Accept(ctx, verbs.ConnParam{PrivateData: append([]byte("RMAS\x02\x00\x00\x00"), sNonce...)}); err != nil {
 		return err
 	}
 	recv := func() ([]byte, error) {
@@ -1145,13 +1189,6 @@ func svcFrozen(ctx context.Context) (err error) {
 			}
 		}
 	}
-	mac := func(label string, a, b []byte) []byte {
-		m := hmac.New(sha256.New, []byte(os.Getenv("RMA_SVC_SECRET")))
-		m.Write([]byte(label))
-		m.Write(a)
-		m.Write(b)
-		return m.Sum(nil)
-	}
 	send := func(b []byte) error {
 		copy(s.mem[1024:], b)
 		return qp.PostSend(1, s.mr.Local(1024, len(b)), verbs.SendSignaled)
@@ -1160,10 +1197,10 @@ func svcFrozen(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	if len(m) != 40 || m[0] != 1 || !hmac.Equal(m[8:], mac("rma-service-client", sNonce, cNonce)) {
+	if len(m) != 56 || m[0] != 1 || !hmac.Equal(m[24:], wireMAC(os.Getenv("RMA_SVC_SECRET"), "rma-service-client", sNonce, cNonce, m[8:24])) {
 		return fmt.Errorf("proof % x is not the client's", m)
 	}
-	if err := send(append([]byte{0x81, 0, 0, 0, m[4], m[5], m[6], m[7]}, mac("rma-service-server", cNonce, sNonce)...)); err != nil {
+	if err := send(append([]byte{0x81, 0, 0, 0, m[4], m[5], m[6], m[7]}, wireMAC(os.Getenv("RMA_SVC_SECRET"), "rma-service-server", cNonce, sNonce, nil)...)); err != nil {
 		return err
 	}
 	if m, err = recv(); err != nil {
@@ -1177,7 +1214,7 @@ func svcFrozen(ctx context.Context) (err error) {
 	reply = binary.LittleEndian.AppendUint32(reply, s.mr.RKey())
 	reply = binary.LittleEndian.AppendUint32(reply, 0)   // window id
 	reply = binary.LittleEndian.AppendUint64(reply, 512) // size
-	reply = binary.LittleEndian.AppendUint64(reply, 1)   // flags: atomics
+	reply = binary.LittleEndian.AppendUint64(reply, 15)  // flags: atomics, and read, write and atomic access
 	if err := send(reply); err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -588,10 +589,11 @@ func cmIPv4(t *testing.T) netip.Addr {
 
 // cmProc is one started role.
 type cmProc struct {
-	name string
-	cmd  *exec.Cmd
-	out  bytes.Buffer
-	done chan error
+	name   string
+	cmd    *exec.Cmd
+	out    bytes.Buffer
+	done   chan error
+	waited atomic.Bool // wait has taken its exit
 }
 
 func startCM(ctx context.Context, t *testing.T, name, role, dir string, env ...string) *cmProc {
@@ -615,6 +617,7 @@ func startCM(ctx context.Context, t *testing.T, name, role, dir string, env ...s
 func (p *cmProc) wait(t *testing.T, killed bool) string {
 	t.Helper()
 	err := <-p.done
+	p.waited.Store(true)
 	out := p.out.String()
 	t.Logf("%s output:\n%s", p.name, out)
 	if err != nil && !killed {
