@@ -293,6 +293,10 @@ func (c *Client) Open(ctx context.Context, name string) (*Window, error) {
 		if c.replyLen == openErrLen && c.reply[headerLen] == openDenied {
 			return nil, fmt.Errorf("%w: the server does not let this client open %q", ErrDenied, name)
 		}
+		if c.replyLen == openErrLen && c.reply[headerLen] == openNoKey {
+			return nil, fmt.Errorf("%w: the server could make no key for %q (the connection has %d windows open, or the device no memory window left)",
+				verbs.ErrQueueFull, name, maxConnBinds)
+		}
 		return nil, fmt.Errorf("%w: the server refused to open %q", ErrProtocol, name)
 	}
 	return nil, fmt.Errorf("%w: reply %#x to an open", ErrProtocol, c.reply[0])

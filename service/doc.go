@@ -19,23 +19,41 @@
 // watch connections, and answer control messages; they sleep on their
 // channels when idle.
 //
-// # Authentication
+// # Authentication and keys
 //
 // Nothing (no window name, address or key) is revealed before the client
 // proves it holds the shared secret: the connection request and the
-// accept carry a nonce of each side; the client SENDs
-// HMAC-SHA256(secret, "rma-service-client" || server nonce || client nonce),
+// accept carry a nonce of each side; the client SENDs an HMAC-SHA256
+// under the secret of both nonces and of what its message says (its name,
+// ClientConfig.Name, and the 8 bytes it offers the server's probes),
 // which the server checks in constant time, and the server answers with
-// HMAC-SHA256(secret, "rma-service-server" || client nonce || server nonce),
-// which the client checks, so each side knows the other holds the
-// secret. A refused proof ends the connection, and Dial returns an error
-// matching ErrAuth. Unauthenticated connections cost the server bounded
-// resources: at most ServerConfig.MaxPending at once (the oldest dropped
-// beyond), each for at most ServerConfig.AuthTimeout; a client beyond
-// ServerConfig.MaxConns is rejected with ErrServerFull. The secret
-// protects the control protocol only: RDMA traffic itself is neither
-// encrypted nor authenticated by the NIC, and a memory key seen on the
-// wire grants access to its window, as with any RDMA service.
+// one of its own, which the client checks, so each side knows the other
+// holds the secret. A refused proof ends the connection, and Dial returns
+// an error matching ErrAuth.
+//
+// Window memory is out of reach of every QP until its client has proved
+// the secret: the windows' memory regions carry no remote rights at all.
+// A client that opens a window gets a key of its own, a type 2 memory
+// window bound to its QP (the device must have them, see
+// verbs.DeviceAttr.MemWindowType2) with the rights ServerConfig.Authorize
+// gives it (Access: read, write, atomic). The key works on that
+// connection only, and dies with it: when the client closes, dies or is
+// dropped, and when the secret it proved is retired (Server.SetSecret).
+// The engine checks the same rights for the accumulates it applies.
+//
+// What the secret does not protect: RDMA traffic is neither encrypted nor
+// authenticated by the NIC. Someone who can read the wire sees the data,
+// the addresses and the keys; someone who can also inject packets with
+// the right QP numbers and sequence numbers can use a live client's
+// connection, as with any RDMA service. Use it on networks you trust.
+//
+// Unauthenticated connections cost the server bounded resources: at most
+// ServerConfig.MaxPending at once, counting handshakes under way (beyond,
+// the oldest is dropped), each for at most ServerConfig.AuthTimeout; each
+// handshake runs apart, so a stalled one holds up nobody else. A client
+// beyond ServerConfig.MaxConns is rejected with ErrServerFull.
+// ServerStats counts requests, refusals, failed proofs, authentication
+// timeouts and evictions.
 //
 // # Operations
 //
@@ -72,12 +90,14 @@
 // disconnected by its kernel at once (in the tests, the next client got
 // the lock about 20 ms after the holder's SIGKILL); a host that dies is
 // found by the server's probes of the clients that hold or wait for a
-// lock (ServerConfig.ProbeInterval, a zero-length RDMA READ the client's
-// NIC answers without its CPU) after the transport's retries. The lock
+// lock (ServerConfig.ProbeInterval, an RDMA READ of 8 bytes the client
+// registered for them, which its NIC answers without its CPU) after the
+// transport's retries. The lock
 // words are the server's own memory, never in a window, so no client can
 // corrupt them.
 //
-// Errors are errors.Is-able: win.ErrOutOfWindow, win.ErrAlignment,
+// Errors are errors.Is-able: ErrDenied (an open Authorize refused, or a
+// call the window's Access does not cover), win.ErrOutOfWindow, win.ErrAlignment,
 // win.ErrInvalid, win.ErrEpoch (lock misuse), op.ErrOpDatatype and
 // op.ErrOpUse (an op the call or the datatype does not allow),
 // ErrUnknownWindow, fallback.ErrUnknownOp (a user-defined op the server's

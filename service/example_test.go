@@ -3,6 +3,7 @@ package service_test
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/onesided/rma/datatype"
 	"github.com/onesided/rma/op"
@@ -114,4 +115,31 @@ func ExampleWindow_RGet() {
 		return
 	}
 	fmt.Println(block[0])
+}
+
+// A server lets clients named "dashboard" only read its windows, and
+// later rotates its secret, still taking the old one for a minute while
+// clients move to the new one. (It needs an RDMA device, so it only
+// compiles here.)
+func ExampleServerConfig_authorize() {
+	ctx := context.Background()
+	cfg := service.ServerConfig{
+		Secret: []byte("a secret of 32 random bytes, or more"),
+		Authorize: func(c service.ClientInfo, window string) service.Access {
+			if c.Name == "dashboard" {
+				return service.AccessRead
+			}
+			return service.AccessAll
+		},
+	}
+	srv, err := service.Listen(ctx, "10.0.0.1:7471", cfg)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer srv.Close()
+	// ... srv.Expose(...), clients come and go ...
+	if err := srv.SetSecret([]byte("the next secret, as random and as long"), time.Minute); err != nil {
+		fmt.Println(err)
+	}
 }

@@ -121,6 +121,7 @@ const (
 	openUnknown = 1 // no window of that name
 	openBad     = 2 // malformed request
 	openDenied  = 3 // ServerConfig.Authorize granted nothing
+	openNoKey   = 4 // no key could be made: maxConnBinds windows open, or the device has no memory window left
 )
 
 const (

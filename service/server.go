@@ -728,7 +728,7 @@ func (s *Server) open(c *sconn, msg []byte, seq uint32, reply []byte) {
 		}
 		var err error
 		if g, err = s.bind(c, w, access); err != nil {
-			s.drop(c)
+			refuse(openNoKey)
 			return
 		}
 	}

@@ -52,6 +52,7 @@ const (
 	AccessAll = AccessRead | AccessWrite | AccessAtomic
 )
 
+// String names the rights, as "read|write|atomic".
 func (a Access) String() string {
 	if a == 0 {
 		return "none"
