@@ -150,7 +150,13 @@
 // transport gives up after seven ACK timeouts, and the liveness connection
 // within three peer timeouts). Calls among the others go on: a lock the
 // lost rank held (or was taking) is taken back by the ranks that wait for
-// it; LockAll locks the living ranks; a Start, Wait, Fence or Complete that
+// it, once the lock's target rank has itself found the holder lost and
+// fenced it off (its connections with the holder failed for good, so that
+// nothing the holder still sends can land after the take-back): a holder
+// that only some ranks believe dead, such as one whose liveness connection
+// to them broke while its RDMA traffic flows, keeps its lock until it
+// unlocks or the target fences it, and a fenced holder's later calls to
+// the target fail with ErrPeerLost; LockAll locks the living ranks; a Start, Wait, Fence or Complete that
 // needs the lost rank fails with ErrPeerLost, and the calls that end an
 // epoch (Unlock, UnlockAll, Complete, Wait, Fence) end it even when they
 // fail, unless their context ended first. Collectives of a group that

@@ -55,6 +55,10 @@ func (l link) CompareSwap(ctx context.Context, rank int, raddr uint64, rkey uint
 
 func (l link) ProgressMessages(rank int) { l.f.ProgressMessages(l.rank(rank)) }
 
+func (l link) Fenced(ctx context.Context, target, holder int) (bool, error) {
+	return l.f.Fenced(ctx, l.rank(target), l.rank(holder))
+}
+
 func (l link) Flush(ctx context.Context, rank int) error {
 	return l.f.Flush(ctx, l.rank(rank))
 }

@@ -418,13 +418,20 @@ func (w *Window) lockShared(ctx context.Context, rank int) error {
 
 // takeBack clears rank's sync word at off, whose value v (a rank+1 in the
 // owner word, 1 in a reader's word) says which rank holds it, if that rank
-// is gone. It reports whether it did (or another waiter did first).
+// is gone and rank, whose memory holds the word, has fenced it off: a
+// holder that this rank merely suspects (its liveness connection broke,
+// say) may be alive and still writing under its lock, and rank's fence
+// (fabric.Fenced) is what guarantees that nothing it sends lands after
+// the take-back. It reports whether it did (or another waiter did first).
 func (w *Window) takeBack(ctx context.Context, rank, off int, v uint64) bool {
 	holder := int(v - 1)
 	if off != syncOwner {
 		holder = (off - syncReaders(len(w.remote))) / 8
 	}
 	if holder < 0 || holder >= len(w.remote) || holder == w.g.Rank() || !w.gone(holder) {
+		return false
+	}
+	if fenced, err := w.f.Fenced(ctx, rank, holder); err != nil || !fenced {
 		return false
 	}
 	_, err := w.syncCAS(ctx, rank, off, v, 0)

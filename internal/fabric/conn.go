@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/onesided/rma/verbs"
 )
@@ -676,7 +677,10 @@ func (f *Fabric) lose(rank int, cause error) {
 }
 
 // settleLost fails rank's connections and wakes the callers waiting for a
-// re-established one: they find the peer lost.
+// re-established one: they find the peer lost. Then rank is fenced off:
+// nothing it sends can reach this rank's memory any more (its queue pairs
+// are in the error state and no new one will be made for it), which the
+// fence word tells the other ranks (Fenced).
 func (f *Fabric) settleLost(rank int) {
 	p := &f.peers[rank]
 	p.lostDone = true
@@ -695,6 +699,33 @@ func (f *Fabric) settleLost(rank int) {
 		p.next = nil
 	}
 	f.m.recvMu.Unlock()
+	if rank != f.rank {
+		atomic.StoreUint64((*uint64)(unsafe.Pointer(&f.probeMem[8+8*rank])), 1)
+	}
+}
+
+// Fenced reports whether target has fenced holder off: target found it
+// lost and failed every queue pair with it for good, so that nothing
+// holder sends can reach target's memory any more (a Put posted before
+// landed or fails). This is the evidence a rank needs before it takes
+// back what holder held in target's memory (a lock word): that this rank
+// believes holder dead is not enough, since a falsely suspected holder
+// may still write under the lock. It reads target's fence word for holder
+// (an RDMA READ, or this rank's own word).
+func (f *Fabric) Fenced(ctx context.Context, target, holder int) (bool, error) {
+	if target < 0 || target >= f.size || holder < 0 || holder >= f.size {
+		return false, fmt.Errorf("%w: ranks %d and %d of %d", verbs.ErrInvalid, target, holder, f.size)
+	}
+	if target == f.rank {
+		if err := f.enter(); err != nil {
+			return false, err
+		}
+		defer f.exit()
+		return atomic.LoadUint64((*uint64)(unsafe.Pointer(&f.probeMem[8+8*holder]))) != 0, nil
+	}
+	p := &f.peers[target]
+	v, err := f.Read8(ctx, target, p.probeAddr+8+8*uint64(holder), p.probeRKey)
+	return v != 0, err
 }
 
 // reap destroys the retired connections to rank whose requests have all

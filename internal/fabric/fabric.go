@@ -118,7 +118,9 @@ type Fabric struct {
 	// pair may take to be re-established before its peer is deemed lost.
 	peerTimeout      time.Duration
 	reconnectTimeout time.Duration
-	// probe: a word every peer may read, to tell whether this rank is alive.
+	// probe: a word every peer may read, to tell whether this rank is
+	// alive, then one word per rank: 1 once this rank has fenced it off
+	// (see Fenced).
 	probeMem []byte
 	probeMR  *verbs.MR
 	// engineSpin: how long the engine polls for more work after the last
@@ -322,10 +324,11 @@ func New(ctx context.Context, rank, size int, ex Exchanger, o Options) (f *Fabri
 		}
 	}
 	f.maxInline = min(me.cur.qp.MaxInline(), slotScratch)
-	if f.probeMem, err = verbs.Alloc(8); err != nil {
+	// The probe word, then a fence word per rank (see Fenced).
+	if f.probeMem, err = verbs.Alloc(8 * (1 + f.size)); err != nil {
 		return nil, err
 	}
-	if f.probeMR, err = f.pd.RegisterMR(f.probeMem, verbs.AccessRemoteRead); err != nil {
+	if f.probeMR, err = f.pd.RegisterMR(f.probeMem[:8*(1+f.size)], verbs.AccessRemoteRead); err != nil {
 		return nil, err
 	}
 	mine := binary.LittleEndian.AppendUint64(nil, f.probeMR.Addr())
