@@ -63,8 +63,8 @@ consumer: tools
 # and 1024 on host0: the ranks must agree on the smaller path MTU), the
 # examples and a subset of the integration tests with their ranks spread over
 # both hosts, then TestTwoHostProcessDeath (rank 1's process is SIGKILLed).
-# TestTwoHostServiceProbe duplicates host0's frames with netem (sch_netem)
-# while a client on host1 holds a service lock that the server probes.
+# TestTwoHostServiceProbe duplicates host0's frames with netem while a
+# client on host1 holds a service lock that the server probes.
 # Second boot: TestTwoHostHostDeath (rxevm kills host1's guest when its test
 # asks). Both death tests print how long each path took to report ErrPeerLost.
 TWOHOST_TEST := $(BIN)/integration.test -test.v -test.count=1
@@ -72,7 +72,7 @@ TWOHOST_RUN1 := -test.run="^TestTwoHost(|Examples|Subset|ServiceProbe|ProcessDea
 twohost: tools
 	$(GO) test -c -tags integration -o $(BIN)/integration.test ./test
 	RMA_SECRET=$$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n') RMA_EXAMPLES_DIR=$(BIN) \
-		$(RXEVM) -hosts 2 -modules sch_netem -timeout 15m -- $(TWOHOST_TEST) $(TWOHOST_RUN1) \
+		$(RXEVM) -hosts 2 -timeout 15m -- $(TWOHOST_TEST) $(TWOHOST_RUN1) \
 		::: sh -c 'ip link set eth0 mtu 9000 && sleep 1 && ibv_devinfo -d rxe0 | grep active_mtu && exec $(TWOHOST_TEST) $(TWOHOST_RUN1)'
 	$(RXEVM) -hosts 2 -timeout 10m -- $(TWOHOST_TEST) -test.run='^TestTwoHostHostDeath$$'
 

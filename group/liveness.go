@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -18,9 +19,18 @@ import (
 // liveness watches every peer process through a TCP connection of its own:
 // the kernel closes a process's sockets when it dies, so the other end
 // reads EOF at once, sooner than the RDMA transport gives up on it (which
-// takes its retries, the peer timeout or so). A peer found gone is marked
-// lost in the fabric, which fails its queue pair so that everything in
-// flight to it completes with ErrPeerLost.
+// takes its retries, the peer timeout or so). A peer whose connection ends
+// so (or that says bye) is marked lost in the fabric, which fails its
+// queue pair so that everything in flight to it completes with
+// ErrPeerLost.
+//
+// Any other failure of the connection (a keep-alive or retransmission
+// timeout on a lossy or cut wire, a reset) is not taken as the peer's
+// death: the peer must then also fail to answer over RDMA (the fabric's
+// probe of its probe word, which gives up after the transport's retries
+// and a failed re-establishment of its queue pair). While it answers, the
+// lower rank of the pair dials the other again, and the new connection
+// replaces the old on both sides.
 //
 // The same connections carry the fabric's reconnect protocol (a failed
 // queue pair is re-created on both sides, and the new endpoints swapped
@@ -28,12 +38,35 @@ import (
 // are authenticated by construction: each was admitted with the group's
 // token, which only members learned through the bootstrap.
 type liveness struct {
-	conns   []net.Conn
-	wmu     []sync.Mutex  // one writer at a time per connection
-	timeout time.Duration // bounds a write
-	mu      sync.Mutex
+	fab     livenessFabric
+	me      int
+	tok     [livenessToken]byte
+	addrs   []string      // each rank's listener
+	ln      net.Listener  // this rank's, open until close
+	timeout time.Duration // the peer timeout: bounds a write, paces the checks
+
+	mu      sync.Mutex // guards what follows
+	conns   []net.Conn // nil while one is being (re-)established
+	gen     []uint32   // per rank: the connection installed last
+	pending []net.Conn // accepted, not authenticated yet, oldest first
 	closing bool
-	wg      sync.WaitGroup
+	changed chan struct{} // a connection was installed
+
+	wmu []sync.Mutex // one writer at a time per connection
+	wg  sync.WaitGroup
+	ctx context.Context
+	end context.CancelFunc
+}
+
+// livenessFabric is what liveness needs of the fabric (a fake in the unit
+// tests).
+type livenessFabric interface {
+	HandleSignal(rank int, msg []byte)
+	MarkLost(rank int, cause error)
+	PeerErr(rank int) error
+	// Probe reads rank's probe word over RDMA: it fails, marking rank lost,
+	// only if rank does not answer.
+	Probe(ctx context.Context, rank int) error
 }
 
 const livenessToken = 16
@@ -54,9 +87,8 @@ func livenessHandshake(peerTimeout time.Duration) time.Duration {
 // The token, from rank 0 through the authenticated bootstrap, proves a
 // dialer belongs to the group.
 func (g *Group) startLiveness(ctx context.Context) error {
-	lv := &liveness{conns: make([]net.Conn, g.Size()), wmu: make([]sync.Mutex, g.Size()), timeout: g.fab.PeerTimeout()}
-	g.live = lv
 	if g.Size() == 1 {
+		g.live = newLiveness(g.fab, 0, [livenessToken]byte{}, nil, nil, g.fab.PeerTimeout())
 		return nil
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(g.boot.LocalIP().String(), "0"))
@@ -74,78 +106,225 @@ func (g *Group) startLiveness(ctx context.Context) error {
 		return fmt.Errorf("group: liveness exchange: %w", err)
 	}
 	copy(tok[:], all[0][:livenessToken])
-	me := g.Rank()
-	type result struct {
-		conns []net.Conn
-		err   error
-	}
-	accepted := make(chan result, 1)
-	actx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		conns, err := acceptMembers(actx, ln, me, tok, livenessHandshake(g.fab.PeerTimeout()))
-		accepted <- result{conns, err}
-	}()
-	var d net.Dialer
-	for r := me + 1; r < g.Size() && err == nil; r++ {
-		addr := string(all[r][livenessToken:])
-		var c net.Conn
-		if c, err = d.DialContext(ctx, "tcp", addr); err != nil {
-			err = fmt.Errorf("group: liveness connection to rank %d: %w", r, err)
-			break
-		}
-		lv.conns[r] = c
-		var hello [4 + livenessToken]byte
-		binary.LittleEndian.PutUint32(hello[:], uint32(me))
-		copy(hello[4:], tok[:])
-		c.SetWriteDeadline(time.Now().Add(livenessHandshake(g.fab.PeerTimeout())))
-		if _, err = c.Write(hello[:]); err != nil {
-			err = fmt.Errorf("group: liveness hello to rank %d: %w", r, err)
-		}
-		c.SetWriteDeadline(time.Time{})
-	}
-	if err != nil {
-		cancel()
-	}
-	res := <-accepted
-	if err == nil && res.err != nil {
-		err = fmt.Errorf("group: liveness connections: %w", res.err)
-	}
-	copy(lv.conns, res.conns)
-	if err != nil {
-		for _, c := range lv.conns {
-			if c != nil {
-				c.Close()
-			}
-		}
-		return err
+	addrs := make([]string, len(all))
+	for r := range all {
+		addrs[r] = string(all[r][livenessToken:])
 	}
 	// Before the readers start: a signal may come at once.
+	lv := newLiveness(g.fab, g.Rank(), tok, addrs, ln, g.fab.PeerTimeout())
+	g.live = lv
 	g.fab.SetSignaller(lv)
-	for r, c := range lv.conns {
-		if c == nil {
+	if err := lv.connect(ctx); err != nil {
+		lv.close()
+		return err
+	}
+	return nil
+}
+
+func newLiveness(fab livenessFabric, me int, tok [livenessToken]byte, addrs []string, ln net.Listener, timeout time.Duration) *liveness {
+	n := max(len(addrs), 1)
+	lv := &liveness{fab: fab, me: me, tok: tok, addrs: addrs, ln: ln, timeout: timeout,
+		conns: make([]net.Conn, n), gen: make([]uint32, n), wmu: make([]sync.Mutex, n), changed: make(chan struct{}, 1)}
+	lv.ctx, lv.end = context.WithCancel(context.Background())
+	if ln != nil {
+		lv.wg.Add(1)
+		go lv.accept()
+	}
+	return lv
+}
+
+// connect dials every higher rank and waits for every lower one.
+func (lv *liveness) connect(ctx context.Context) error {
+	for r := lv.me + 1; r < len(lv.addrs); r++ {
+		c, err := lv.dial(ctx, r)
+		if err != nil {
+			return fmt.Errorf("group: liveness connection to rank %d: %w", r, err)
+		}
+		lv.install(r, c)
+	}
+	for {
+		lv.mu.Lock()
+		n := 0
+		for r := 0; r < lv.me; r++ {
+			if lv.conns[r] != nil {
+				n++
+			}
+		}
+		lv.mu.Unlock()
+		if n == lv.me {
+			return nil
+		}
+		select {
+		case <-lv.changed:
+		case <-ctx.Done():
+			return fmt.Errorf("group: liveness connections: %d of %d ranks connected: %w", n, lv.me, ctx.Err())
+		}
+	}
+}
+
+// dial connects to rank's listener and sends the hello.
+func (lv *liveness) dial(ctx context.Context, r int) (net.Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", lv.addrs[r])
+	if err != nil {
+		return nil, err
+	}
+	var hello [4 + livenessToken]byte
+	binary.LittleEndian.PutUint32(hello[:], uint32(lv.me))
+	copy(hello[4:], lv.tok[:])
+	c.SetWriteDeadline(time.Now().Add(livenessHandshake(lv.timeout)))
+	if _, err := c.Write(hello[:]); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("hello: %w", err)
+	}
+	c.SetWriteDeadline(time.Time{})
+	return c, nil
+}
+
+// accept takes the lower ranks' connections, at start and whenever one
+// dials again, until close. Each is handshaken apart, within the handshake
+// bound, at most maxPendingLiveness at a time: a connection that does not
+// prove itself is closed and neither blocks the others nor counts.
+func (lv *liveness) accept() {
+	defer lv.wg.Done()
+	for {
+		c, err := lv.ln.Accept()
+		if err != nil {
+			if lv.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Out of descriptors, say: back off a little.
+			select {
+			case <-lv.ctx.Done():
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
 			continue
 		}
-		if tc, ok := c.(*net.TCPConn); ok {
-			keepAlive(tc, g.fab.PeerTimeout())
+		lv.mu.Lock()
+		if lv.closing {
+			lv.mu.Unlock()
+			c.Close()
+			return
 		}
+		if len(lv.pending) == maxPendingLiveness {
+			lv.pending[0].Close() // its handshake fails and drops it
+			lv.pending = lv.pending[1:]
+		}
+		lv.pending = append(lv.pending, c)
+		lv.mu.Unlock()
 		lv.wg.Add(1)
 		go func() {
 			defer lv.wg.Done()
-			err := lv.read(c, func(msg []byte) { g.fab.HandleSignal(r, msg) })
+			r, err := readHello(lv.ctx, c, lv.me, lv.tok, livenessHandshake(lv.timeout))
 			lv.mu.Lock()
-			closing := lv.closing
-			lv.mu.Unlock()
-			switch {
-			case closing:
-			case errors.Is(err, errBye):
-				g.fab.MarkLost(r, fabric.ErrPeerLeft)
-			default:
-				g.fab.MarkLost(r, fmt.Errorf("its process is gone (%v)", err))
+			was := false
+			for i, p := range lv.pending {
+				if p == c {
+					lv.pending = append(lv.pending[:i], lv.pending[i+1:]...)
+					was = true
+					break
+				}
 			}
+			lv.mu.Unlock()
+			if !was || err != nil {
+				c.Close()
+				return
+			}
+			lv.install(r, c)
 		}()
 	}
-	return nil
+}
+
+// install makes c the connection to rank r (the one it replaces, if any,
+// is closed, and its reader leaves quietly) and starts reading it.
+func (lv *liveness) install(r int, c net.Conn) {
+	lv.mu.Lock()
+	if lv.closing || lv.fab.PeerErr(r) != nil {
+		lv.mu.Unlock()
+		c.Close()
+		return
+	}
+	old := lv.conns[r]
+	lv.conns[r] = c
+	lv.gen[r]++
+	gen := lv.gen[r]
+	lv.wg.Add(1)
+	lv.mu.Unlock()
+	if old != nil {
+		old.Close()
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		keepAlive(tc, lv.timeout)
+	}
+	select {
+	case lv.changed <- struct{}{}:
+	default:
+	}
+	go func() {
+		defer lv.wg.Done()
+		lv.serve(r, c, gen)
+	}()
+}
+
+// serve reads rank r's connection c (generation gen) until it fails, then
+// tells a death from a broken connection.
+func (lv *liveness) serve(r int, c net.Conn, gen uint32) {
+	err := lv.read(c, func(msg []byte) { lv.fab.HandleSignal(r, msg) })
+	lv.mu.Lock()
+	stale := lv.closing || lv.gen[r] != gen
+	if !stale {
+		lv.conns[r] = nil
+	}
+	lv.mu.Unlock()
+	if stale {
+		return // closed, or replaced by a newer connection
+	}
+	c.Close()
+	switch {
+	case errors.Is(err, errBye):
+		lv.fab.MarkLost(r, fabric.ErrPeerLeft)
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		// Its kernel closed its end: its process is gone.
+		lv.fab.MarkLost(r, fmt.Errorf("its process is gone (%v)", err))
+	default:
+		lv.recover(r, err)
+	}
+}
+
+// recover follows a connection to rank r that failed otherwise than by
+// its peer's closing it (cause): r is lost only if it does not answer over
+// RDMA either; while it does, the lower rank of the two dials again, until
+// a new connection is installed (by either side) or close.
+func (lv *liveness) recover(r int, cause error) {
+	for {
+		lv.mu.Lock()
+		done := lv.closing || lv.conns[r] != nil
+		lv.mu.Unlock()
+		if done || lv.fab.PeerErr(r) != nil {
+			return
+		}
+		pctx, cancel := context.WithTimeout(lv.ctx, 4*lv.timeout+fabric.ReconnectTimeout(lv.timeout))
+		err := lv.fab.Probe(pctx, r)
+		cancel()
+		if lv.fab.PeerErr(r) != nil || lv.ctx.Err() != nil {
+			return // it did not answer (the probe marked it lost), or close
+		}
+		if err == nil && lv.me < r {
+			dctx, cancel := context.WithTimeout(lv.ctx, lv.timeout)
+			c, err := lv.dial(dctx, r)
+			cancel()
+			if err == nil {
+				lv.install(r, c)
+				return
+			}
+		}
+		select {
+		case <-lv.ctx.Done():
+			return
+		case <-time.After(lv.timeout / 4):
+		}
+	}
 }
 
 // errBye: the peer closed the group (a frame of length 0, which close sends
@@ -175,138 +354,28 @@ func (lv *liveness) read(c net.Conn, deliver func([]byte)) error {
 }
 
 // Signal sends msg to rank on its liveness connection (fabric.Signaller).
+// It fails while the connection is being re-established.
 func (lv *liveness) Signal(rank int, msg []byte) error {
-	if rank < 0 || rank >= len(lv.conns) || lv.conns[rank] == nil {
+	if rank < 0 || rank >= len(lv.conns) {
 		return fmt.Errorf("group: no liveness connection to rank %d", rank)
 	}
 	if len(msg) == 0 || len(msg) > fabric.MaxSignal {
 		return fmt.Errorf("group: signal of %d bytes", len(msg))
 	}
+	lv.mu.Lock()
+	c := lv.conns[rank]
+	lv.mu.Unlock()
+	if c == nil {
+		return fmt.Errorf("group: no liveness connection to rank %d", rank)
+	}
 	var frame [1 + fabric.MaxSignal]byte
 	frame[0] = byte(len(msg))
 	copy(frame[1:], msg)
-	c := lv.conns[rank]
 	lv.wmu[rank].Lock()
 	defer lv.wmu[rank].Unlock()
 	c.SetWriteDeadline(time.Now().Add(lv.timeout))
 	_, err := c.Write(frame[:1+len(msg)])
 	return err
-}
-
-// acceptMembers accepts, on ln, one connection from each rank below me that
-// opens with its rank and the group's token, and returns them indexed by
-// rank. Connections are handshaken concurrently, each within handshake (or
-// ctx), and at most maxPendingLiveness at a time: a connection that does
-// not prove itself is closed and neither blocks the others nor counts. It
-// closes ln when it returns.
-func acceptMembers(ctx context.Context, ln net.Listener, me int, tok [livenessToken]byte, handshake time.Duration) ([]net.Conn, error) {
-	defer ln.Close()
-	conns := make([]net.Conn, me)
-	if me == 0 {
-		return conns, nil
-	}
-	hctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(hctx, func() { ln.Close() })
-	defer stop()
-
-	type member struct {
-		rank int
-		c    net.Conn
-	}
-	joined := make(chan member)
-	var (
-		wg      sync.WaitGroup
-		mu      sync.Mutex
-		pending []net.Conn // unauthenticated, oldest first
-	)
-	drop := func(c net.Conn) bool { // takes c off pending; false if it was not there
-		mu.Lock()
-		defer mu.Unlock()
-		for i, p := range pending {
-			if p == c {
-				pending = append(pending[:i], pending[i+1:]...)
-				return true
-			}
-		}
-		return false
-	}
-	served := make(chan struct{})
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		defer close(served)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				if hctx.Err() != nil || errors.Is(err, net.ErrClosed) {
-					return
-				}
-				// Out of descriptors, say: back off a little.
-				select {
-				case <-hctx.Done():
-					return
-				case <-time.After(20 * time.Millisecond):
-				}
-				continue
-			}
-			mu.Lock()
-			if len(pending) == maxPendingLiveness {
-				pending[0].Close() // its handshake fails and drops it
-				pending = pending[1:]
-			}
-			pending = append(pending, c)
-			mu.Unlock()
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				r, err := readHello(hctx, c, me, tok, handshake)
-				if !drop(c) || err != nil {
-					c.Close()
-					return
-				}
-				select {
-				case joined <- member{r, c}:
-				case <-hctx.Done():
-					c.Close()
-				}
-			}()
-		}
-	}()
-	var err error
-	for n := 0; n < me && err == nil; {
-		select {
-		case m := <-joined:
-			if conns[m.rank] != nil {
-				m.c.Close() // a second connection for a rank: not one of ours
-				continue
-			}
-			conns[m.rank] = m.c
-			n++
-		case <-ctx.Done():
-			err = fmt.Errorf("%d of %d ranks connected: %w", n, me, ctx.Err())
-		case <-served:
-			err = fmt.Errorf("listener closed with %d of %d ranks connected", n, me)
-		}
-	}
-	cancel()
-	ln.Close()
-	mu.Lock()
-	for _, c := range pending {
-		c.Close()
-	}
-	pending = nil
-	mu.Unlock()
-	wg.Wait()
-	if err != nil {
-		for _, c := range conns {
-			if c != nil {
-				c.Close()
-			}
-		}
-		return nil, err
-	}
-	return conns, nil
 }
 
 // readHello reads a member's hello (its rank, then the token) within
@@ -340,8 +409,17 @@ func (lv *liveness) close() {
 	}
 	lv.mu.Lock()
 	lv.closing = true
+	conns := slices.Clone(lv.conns)
+	for _, c := range lv.pending {
+		c.Close()
+	}
+	lv.pending = nil
 	lv.mu.Unlock()
-	for r, c := range lv.conns {
+	lv.end()
+	if lv.ln != nil {
+		lv.ln.Close()
+	}
+	for r, c := range conns {
 		if c != nil {
 			// Bye, so that the peer tells a member that left from one
 			// that died; best effort, within a peer timeout.

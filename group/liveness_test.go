@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"io"
+	"errors"
+	"maps"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/onesided/rma/internal/fabric"
 )
 
 // dialMember connects to addr as rank r and sends the hello.
@@ -28,13 +32,74 @@ func dialMember(t *testing.T, addr string, r int, tok [livenessToken]byte) net.C
 	return c
 }
 
+// fakeLive stands in for the fabric of a liveness: it records the signals
+// and the losses, and its Probe answers as probe says (nil: the peer
+// answers over RDMA).
+type fakeLive struct {
+	mu      sync.Mutex
+	signals map[int][][]byte
+	lost    map[int]error
+	probes  int
+	probe   func(rank int) error
+}
+
+func (f *fakeLive) HandleSignal(rank int, msg []byte) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.signals == nil {
+		f.signals = map[int][][]byte{}
+	}
+	f.signals[rank] = append(f.signals[rank], bytes.Clone(msg))
+}
+
+func (f *fakeLive) MarkLost(rank int, cause error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.lost == nil {
+		f.lost = map[int]error{}
+	}
+	if f.lost[rank] == nil {
+		f.lost[rank] = cause
+	}
+}
+
+func (f *fakeLive) PeerErr(rank int) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lost[rank]
+}
+
+func (f *fakeLive) Probe(ctx context.Context, rank int) error {
+	f.mu.Lock()
+	f.probes++
+	probe := f.probe
+	f.mu.Unlock()
+	if probe == nil {
+		return nil
+	}
+	if err := probe(rank); err != nil {
+		f.MarkLost(rank, err)
+		return err
+	}
+	return nil
+}
+
+func (f *fakeLive) state() (signals map[int]int, lost map[int]error, probes int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	signals = map[int]int{}
+	for r, m := range f.signals {
+		signals[r] = len(m)
+	}
+	return signals, maps.Clone(f.lost), f.probes
+}
+
 // TestLivenessStrangers: strangers connected to the liveness listener (one
 // silent, one sending garbage, one with a wrong token, one claiming a rank
 // out of range, and enough silent ones to fill the pending bound several
 // times) do not delay the members, though the handshake timeout is long.
 func TestLivenessStrangers(t *testing.T) {
 	const me = 3
-	const handshake = 30 * time.Second // far beyond the bound below
 	const bound = 3 * time.Second
 	var tok, wrong [livenessToken]byte
 	copy(tok[:], "the group token.")
@@ -70,15 +135,11 @@ func TestLivenessStrangers(t *testing.T) {
 
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		start := time.Now()
-		type result struct {
-			conns []net.Conn
-			err   error
-		}
-		done := make(chan result, 1)
-		go func() {
-			conns, err := acceptMembers(ctx, ln, me, tok, handshake)
-			done <- result{conns, err}
-		}()
+		fab := &fakeLive{}
+		// A handshake bound (2 x 15 s) far beyond the bound above.
+		lv := newLiveness(fab, me, tok, make([]string, me+1), ln, 15*time.Second)
+		done := make(chan error, 1)
+		go func() { done <- lv.connect(ctx) }()
 		var mu sync.Mutex
 		members := make([]net.Conn, me)
 		var wg sync.WaitGroup
@@ -93,41 +154,199 @@ func TestLivenessStrangers(t *testing.T) {
 				mu.Unlock()
 			}()
 		}
-		res := <-done
+		err = <-done
 		took := time.Since(start)
 		wg.Wait()
 		cancel()
-		if res.err != nil {
-			t.Fatalf("flood %d: acceptMembers: %v (after %v)", flood, res.err, took)
+		if err != nil {
+			t.Fatalf("flood %d: connect: %v (after %v)", flood, err, took)
 		}
 		if took > bound {
 			t.Errorf("flood %d: the group's connections took %v with strangers connected, want under %v", flood, took, bound)
 		}
-		// Each accepted connection is the member's own: a byte sent on
-		// the member's side arrives on the one returned for its rank.
-		for r, c := range res.conns {
-			if c == nil || members[r] == nil {
+		// Each installed connection is the member's own: a signal sent on
+		// the member's side arrives as that rank's.
+		for r, c := range members {
+			if c == nil {
 				t.Fatalf("flood %d: rank %d: no connection", flood, r)
 			}
-			members[r].Write([]byte{byte(0x40 + r)})
-			c.SetReadDeadline(time.Now().Add(5 * time.Second))
-			var b [1]byte
-			if _, err := io.ReadFull(c, b[:]); err != nil || b[0] != byte(0x40+r) {
-				t.Errorf("flood %d: rank %d: read %v, %v; want the member's byte %#x", flood, r, b[0], err, 0x40+r)
-			}
-			c.Close()
-			members[r].Close()
+			c.Write([]byte{1, byte(0x40 + r)})
 		}
-		// The strangers were all turned away: each reads EOF (or a reset).
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			fab.mu.Lock()
+			n := 0
+			for r := 0; r < me; r++ {
+				if m := fab.signals[r]; len(m) == 1 && len(m[0]) == 1 && m[0][0] == byte(0x40+r) {
+					n++
+				}
+			}
+			fab.mu.Unlock()
+			if n == me {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("flood %d: signals %v, want one of 0x40+rank from each member", flood, fab.signals)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		// The strangers are turned away (those that sent something at
+		// once, the silent ones at the handshake bound or, here, when the
+		// liveness closes): each reads EOF (or a reset).
+		lv.close()
 		for i, c := range strangers {
 			c.SetReadDeadline(time.Now().Add(5 * time.Second))
 			var b [1]byte
 			if n, err := c.Read(b[:]); n != 0 || err == nil || isTimeout(err) {
-				t.Errorf("flood %d: stranger %d still connected after the group formed: %d, %v", flood, i, n, err)
+				t.Errorf("flood %d: stranger %d still connected after the liveness closed: %d, %v", flood, i, n, err)
 			}
 			c.Close()
 		}
+		for _, c := range members {
+			c.Close()
+		}
 		t.Logf("flood %d: members connected in %v", flood, took.Round(time.Millisecond))
+	}
+}
+
+// livePair makes the liveness of ranks 0 and 1 over loopback TCP, each
+// with its fake fabric.
+func livePair(t *testing.T, timeout time.Duration) ([2]*liveness, [2]*fakeLive) {
+	t.Helper()
+	var tok [livenessToken]byte
+	copy(tok[:], "the pair token..")
+	var lns [2]net.Listener
+	addrs := make([]string, 2)
+	for i := range lns {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns[i], addrs[i] = ln, ln.Addr().String()
+	}
+	var lvs [2]*liveness
+	var fabs [2]*fakeLive
+	for i := range lvs {
+		fabs[i] = &fakeLive{}
+		lvs[i] = newLiveness(fabs[i], i, tok, addrs, lns[i], timeout)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	errs := make(chan error, 2)
+	for _, lv := range lvs {
+		go func() { errs <- lv.connect(ctx) }()
+	}
+	for range lvs {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, lv := range lvs {
+			lv.close()
+		}
+	})
+	return lvs, fabs
+}
+
+// conn returns lv's connection to rank r, or nil.
+func (lv *liveness) conn(r int) net.Conn {
+	lv.mu.Lock()
+	defer lv.mu.Unlock()
+	return lv.conns[r]
+}
+
+// TestLivenessBrokenConnection: a liveness connection that fails without
+// its peer closing it (a reset, as after a keep-alive timeout on a lossy
+// wire) does not mark the peer lost while it answers over RDMA: the
+// connection is made again, by the lower rank, and carries signals both
+// ways. With the previous code, the peer was lost at the first read error.
+func TestLivenessBrokenConnection(t *testing.T) {
+	lvs, fabs := livePair(t, 200*time.Millisecond)
+	for round := 0; round < 3; round++ {
+		side := round % 2 // the side whose end is reset
+		old := lvs[side].conn(1 - side)
+		old.(*net.TCPConn).SetLinger(0) // Close sends a reset
+		old.Close()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			c0, c1 := lvs[0].conn(1), lvs[1].conn(0)
+			if c0 != nil && c1 != nil && c0 != old && c1 != old {
+				if err := lvs[0].Signal(1, []byte{byte(round), 0, 0, 0, 0}); err != nil {
+					t.Fatalf("round %d: Signal 0 -> 1: %v", round, err)
+				}
+				if err := lvs[1].Signal(0, []byte{byte(round), 1, 1, 1, 1}); err != nil {
+					t.Fatalf("round %d: Signal 1 -> 0: %v", round, err)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: no new connection after 10 s (rank 0's %v, rank 1's %v)", round, c0, c1)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		for {
+			s0, lost0, p0 := fabs[0].state()
+			s1, lost1, p1 := fabs[1].state()
+			if len(lost0) > 0 || len(lost1) > 0 {
+				t.Fatalf("round %d: a peer marked lost: rank 0 %v, rank 1 %v", round, lost0, lost1)
+			}
+			if s0[1] == round+1 && s1[0] == round+1 {
+				t.Logf("round %d: reconnected; probes over RDMA: rank 0 %d, rank 1 %d", round, p0, p1)
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: signals received: rank 0 %v, rank 1 %v; want %d each", round, s0, s1, round+1)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
+
+// TestLivenessDeaths: a peer whose connection fails and that does not
+// answer over RDMA either is marked lost; one whose process closes its end
+// (EOF) at once, without a probe; one that says bye as having left.
+func TestLivenessDeaths(t *testing.T) {
+	t.Run("silent", func(t *testing.T) {
+		lvs, fabs := livePair(t, 100*time.Millisecond)
+		fabs[0].mu.Lock()
+		fabs[0].probe = func(int) error { return errors.New("test: no answer over RDMA") }
+		fabs[0].mu.Unlock()
+		c := lvs[0].conn(1)
+		c.(*net.TCPConn).SetLinger(0)
+		c.Close()
+		waitLost(t, fabs[0], 1, "no answer over RDMA")
+	})
+	t.Run("closed", func(t *testing.T) {
+		lvs, fabs := livePair(t, 100*time.Millisecond)
+		lvs[1].conn(0).(*net.TCPConn).CloseWrite() // as its kernel does when its process dies
+		waitLost(t, fabs[0], 1, "its process is gone")
+		if _, _, p := fabs[0].state(); p != 0 {
+			t.Errorf("%d probes for a peer whose process closed its connection, want 0", p)
+		}
+	})
+	t.Run("bye", func(t *testing.T) {
+		lvs, fabs := livePair(t, 100*time.Millisecond)
+		lvs[1].close()
+		waitLost(t, fabs[0], 1, fabric.ErrPeerLeft.Error())
+	})
+}
+
+func waitLost(t *testing.T, f *fakeLive, r int, want string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, lost, _ := f.state()
+		if err := lost[r]; err != nil {
+			if !strings.Contains(err.Error(), want) {
+				t.Fatalf("rank %d lost with %q, want %q in it", r, err, want)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rank %d not lost after 10 s", r)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -140,7 +359,8 @@ func isTimeout(err error) bool {
 // order, and a malformed frame ends the reading.
 func TestLivenessSignals(t *testing.T) {
 	a, b := net.Pipe()
-	lv := &liveness{conns: []net.Conn{nil, a}, wmu: make([]sync.Mutex, 2), timeout: 5 * time.Second}
+	lv := newLiveness(&fakeLive{}, 0, [livenessToken]byte{}, make([]string, 2), nil, 5*time.Second)
+	lv.conns[1] = a
 	msgs := [][]byte{{1, 2, 3, 4, 5}, bytes.Repeat([]byte{7}, 64), {9, 9, 9, 9, 9, 9}}
 	go func() {
 		for _, m := range msgs {

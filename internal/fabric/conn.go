@@ -331,6 +331,19 @@ func (f *Fabric) probe(ctx context.Context, rank int) error {
 	return nil
 }
 
+// Probe reads rank's probe word over RDMA. It fails, and marks rank lost,
+// only if rank does not answer (the transport's retries, then the
+// re-establishment of its queue pair, failed): the evidence that a rank
+// is gone when another channel to it only went quiet. Other failures say
+// nothing about rank and return nil.
+func (f *Fabric) Probe(ctx context.Context, rank int) error {
+	if err := f.enter(); err != nil {
+		return err
+	}
+	defer f.exit()
+	return f.probe(ctx, rank)
+}
+
 // --- the manager ---
 
 // Signaller carries the reconnect protocol's messages to another rank out

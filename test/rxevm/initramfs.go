@@ -14,8 +14,9 @@ import (
 
 // guestModules are the modules the guest loads (with their dependencies, from modules.dep):
 // virtio PCI and 9p for the root file system, overlay for a writable /tmp, veth, rdma_rxe and
-// ib_uverbs, and crc32_generic, which rxe asks the crypto API for (no modprobe to load it).
-var guestModules = []string{"virtio_pci", "9pnet_virtio", "9p", "overlay", "veth", "crc32_generic", "ib_uverbs", "rdma_rxe", "rdma_ucm"}
+// ib_uverbs, crc32_generic, which rxe asks the crypto API for (no modprobe to load it), and
+// sch_netem, with which tests make a wire lossy.
+var guestModules = []string{"virtio_pci", "9pnet_virtio", "9p", "overlay", "veth", "crc32_generic", "ib_uverbs", "rdma_rxe", "rdma_ucm", "sch_netem"}
 
 // twoHostModules are the modules that a guest of a two-host run loads besides guestModules:
 // the virtio NIC's driver (with its dependencies failover and net_failover, from modules.dep).
