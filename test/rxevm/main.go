@@ -105,6 +105,7 @@ type options struct {
 	rt      bool
 
 	hosts    int           // 1, or 2 for two guests on one wire
+	wire     string        // with two hosts: the relay's faults (see parseWire); "" for no relay
 	linger   time.Duration // with two hosts: how long the other host may run after one fails
 	vcpuNice int           // with two hosts: nice value of the guests' vCPU threads
 }
@@ -124,6 +125,7 @@ func main() {
 	flag.StringVar(&o.kargs, "kargs", "", "extra guest kernel command line `args` (e.g. loglevel=7 with -v)")
 	flag.IntVar(&o.hosts, "hosts", 1, "1, or 2: boot two guests joined by a virtual Ethernet wire and run CMD0 ::: CMD1 on them")
 	flag.DurationVar(&o.linger, "linger", time.Minute, "with -hosts 2: when one host's command fails or its guest dies, kill the other guest this long after (0: wait for it, up to -timeout)")
+	flag.StringVar(&o.wire, "wire", "", "with -hosts 2: relay the wire through rxevm with these faults: `spec` loss=P,dup=P,reorder=P,delay=D,jitter=D,seed=N (P in % or a fraction; \"none\": a clean relay); a host's command changes them by writing a line \""+WireMarker+"SPEC\" to its stdout")
 	flag.IntVar(&o.vcpuNice, "vcpunice", 19, "with -hosts 2: nice value of the guests' vCPU threads (0: leave them)")
 	flag.Usage = func() {
 		fmt.Fprintf(os.Stderr, "usage: rxevm [flags] [--] CMD [ARGS...]\n"+

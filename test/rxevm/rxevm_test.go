@@ -210,7 +210,7 @@ func TestHostWire(t *testing.T) {
 		{"-netdev", "socket,id=n0,udp=127.0.0.1:4002,localaddr=127.0.0.1:4001", "-device", "virtio-net-pci,netdev=n0,mac=52:54:00:77:00:01"},
 		{"-netdev", "socket,id=n0,udp=127.0.0.1:4001,localaddr=127.0.0.1:4002", "-device", "virtio-net-pci,netdev=n0,mac=52:54:00:77:00:02"},
 	} {
-		if got := netdevArgs(i, ports); !reflect.DeepEqual(got, want) {
+		if got := netdevArgs(i, ports, ports[1-i]); !reflect.DeepEqual(got, want) {
 			t.Errorf("netdevArgs(%d) = %q, want %q", i, got, want)
 		}
 	}

@@ -67,10 +67,11 @@ func hostEnv(i, hosts int) []string {
 }
 
 // netdevArgs returns qemu's NIC arguments for host i of two: qemu's socket netdev in its UDP
-// form, which receives on the host's own loopback port and sends to the other host's.
-func netdevArgs(i int, ports [2]int) []string {
+// form, which receives on the host's own loopback port, ports[i], and sends to sendTo (the
+// other host's port, or the relay's).
+func netdevArgs(i int, ports [2]int, sendTo int) []string {
 	return []string{
-		"-netdev", fmt.Sprintf("socket,id=n0,udp=127.0.0.1:%d,localaddr=127.0.0.1:%d", ports[1-i], ports[i]),
+		"-netdev", fmt.Sprintf("socket,id=n0,udp=127.0.0.1:%d,localaddr=127.0.0.1:%d", sendTo, ports[i]),
 		"-device", "virtio-net-pci,netdev=n0,mac=" + hostMAC(i),
 	}
 }
@@ -112,7 +113,7 @@ type guest struct {
 func (g *guest) name() string { return "host" + strconv.Itoa(g.i) }
 
 // start writes the guest's run share and starts its qemu.
-func (g *guest) start(ctx context.Context, o options, files *guestFiles, qemu, hostname string, args []string, ports [2]int, outMu *sync.Mutex) error {
+func (g *guest) start(ctx context.Context, o options, files *guestFiles, qemu, hostname string, args []string, ports [2]int, sendTo int, w *wire, outMu *sync.Mutex) error {
 	var err error
 	if g.share, err = os.MkdirTemp("", "rxevm-run-"); err != nil {
 		return err
@@ -140,7 +141,7 @@ func (g *guest) start(ctx context.Context, o options, files *guestFiles, qemu, h
 	}
 	qargs := qemuArgs(o, files, g.share, kernelArgs(o, "rxevm_eth="+hostAddr(g.i)+"/24"))
 	qargs = append(qargs, "-name", g.name()+",debug-threads=on") // names the vCPU threads
-	qargs = append(qargs, netdevArgs(g.i, ports)...)
+	qargs = append(qargs, netdevArgs(g.i, ports, sendTo)...)
 
 	gctx, cancel := context.WithCancel(ctx)
 	g.cancel = cancel
@@ -159,6 +160,15 @@ func (g *guest) start(ctx context.Context, o options, files *guestFiles, qemu, h
 		if string(l) == KillMarker && !g.asked.Swap(true) {
 			g.askedAt.Store(time.Now().UnixNano())
 			g.cancel()
+		}
+		if spec, ok := strings.CutPrefix(string(l), WireMarker); ok && w != nil {
+			f, _, err := parseWire(spec)
+			if err != nil {
+				logf("%s: %v", g.name(), err)
+				return
+			}
+			w.set(f)
+			logf("%s set the wire: %v (so far: %v)", g.name(), f, &w.counts)
 		}
 	}}
 	stderr := &prefixWriter{mu: outMu, w: os.Stderr, prefix: "[" + g.name() + "] "}
@@ -209,6 +219,24 @@ func runTwoHosts(ctx context.Context, o options, cmds [][]string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	sendTo := [2]int{ports[1], ports[0]}
+	var w *wire
+	if o.wire != "" {
+		f, seed, err := parseWire(o.wire)
+		if err != nil {
+			return 0, err
+		}
+		if w, err = newWire(f, seed, ports); err != nil {
+			return 0, err
+		}
+		defer func() {
+			w.close()
+			logf("wire: %v", &w.counts)
+		}()
+		sendTo = w.Ports()
+		w.start()
+		logf("wire through rxevm: %v, seed %d", f, seed)
+	}
 	base, _ := os.Hostname()
 	if base == "" {
 		base = "rxevm"
@@ -224,7 +252,7 @@ func runTwoHosts(ctx context.Context, o options, cmds [][]string) (int, error) {
 	for i, args := range cmds {
 		g := &guest{i: i}
 		guests[i] = g
-		err = g.start(ctx, o, files, qemu, fmt.Sprintf("%s-host%d", base, i), args, ports, &outMu)
+		err = g.start(ctx, o, files, qemu, fmt.Sprintf("%s-host%d", base, i), args, ports, sendTo[i], w, &outMu)
 		if g.share != "" {
 			defer os.RemoveAll(g.share)
 		}

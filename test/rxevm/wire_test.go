@@ -1,0 +1,133 @@
+package main
+
+import (
+	"net"
+	"testing"
+	"time"
+)
+
+func TestParseWire(t *testing.T) {
+	for _, c := range []struct {
+		spec string
+		want wireFaults
+		seed uint64
+		bad  bool
+	}{
+		{spec: "", want: wireFaults{}},
+		{spec: "none", want: wireFaults{}},
+		{spec: "loss=2%,dup=1%,reorder=0.02,seed=7", want: wireFaults{loss: 0.02, dup: 0.01, reorder: 0.02}, seed: 7},
+		{spec: "delay=1ms, jitter=20ms", want: wireFaults{delay: time.Millisecond, jitter: 20 * time.Millisecond}},
+		{spec: "loss=101%", bad: true},
+		{spec: "loss=-1", bad: true},
+		{spec: "jitter=-1ms", bad: true},
+		{spec: "lossy", bad: true},
+		{spec: "mtu=9000", bad: true},
+	} {
+		f, seed, err := parseWire(c.spec)
+		if c.bad {
+			if err == nil {
+				t.Errorf("parseWire(%q) = %v, want an error", c.spec, f)
+			}
+			continue
+		}
+		if err != nil || f != c.want || seed != c.seed {
+			t.Errorf("parseWire(%q) = %v, seed %d, %v; want %v, seed %d", c.spec, f, seed, err, c.want, c.seed)
+		}
+	}
+}
+
+// TestWireFate: the faults are drawn at the rates asked, and the same seed draws the same
+// fates.
+func TestWireFate(t *testing.T) {
+	f := wireFaults{loss: 0.05, dup: 0.1, reorder: 0.2, jitter: 3 * time.Millisecond}
+	draw := func(seed uint64) (lost, dup, reord int, seq []int) {
+		w := &wire{faults: f}
+		w2, _ := newWire(f, seed, [2]int{1, 2})
+		w.rng = w2.rng
+		w2.close()
+		for range 20000 {
+			waits, r := w.fate()
+			seq = append(seq, len(waits))
+			switch {
+			case len(waits) == 0:
+				lost++
+			case len(waits) == 2:
+				dup++
+			}
+			if r {
+				reord++
+			}
+			for _, d := range waits {
+				if d < 0 || d > f.jitter+max(reorderGap, f.jitter) {
+					t.Fatalf("a wait of %v with jitter %v", d, f.jitter)
+				}
+			}
+		}
+		return lost, dup, reord, seq
+	}
+	lost, dup, reord, seq := draw(1)
+	near := func(what string, got int, p float64) {
+		want := p * 20000
+		if float64(got) < 0.8*want || float64(got) > 1.2*want {
+			t.Errorf("%s: %d of 20000, want about %.0f", what, got, want)
+		}
+	}
+	near("lost", lost, 0.05)
+	near("duplicated", dup, 0.95*0.1)
+	near("reordered", reord, 0.95*(0.2+0.1*0.2)) // a duplicate's copies draw apart
+	_, _, _, again := draw(1)
+	for i := range seq {
+		if seq[i] != again[i] {
+			t.Fatalf("seed 1 drew differently at frame %d", i)
+		}
+	}
+}
+
+// TestWireRelay: frames sent to the relay reach the other side, less those lost, plus the
+// duplicates, and the counts say so.
+func TestWireRelay(t *testing.T) {
+	var hosts [2]*net.UDPConn
+	var ports [2]int
+	for i := range hosts {
+		c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetReadBuffer(4 << 20)
+		hosts[i], ports[i] = c, c.LocalAddr().(*net.UDPAddr).Port
+	}
+	w, err := newWire(wireFaults{loss: 0.1, dup: 0.1}, 3, ports)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.start()
+	relay := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: w.Ports()[0]}
+	const n = 500
+	for i := range n {
+		if _, err := hosts[0].WriteToUDP([]byte{byte(i), byte(i >> 8)}, relay); err != nil {
+			t.Fatal(err)
+		}
+		if i%10 == 0 {
+			time.Sleep(time.Millisecond) // let the relay keep up
+		}
+	}
+	got := 0
+	buf := make([]byte, 64)
+	hosts[1].SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+	for {
+		if _, _, err := hosts[1].ReadFromUDP(buf); err != nil {
+			break
+		}
+		got++
+	}
+	w.close()
+	want := int(w.counts.frames.Load() - w.counts.dropped.Load() + w.counts.duplicated.Load())
+	t.Logf("sent %d, received %d: %v", n, got, &w.counts)
+	if w.counts.frames.Load() != n || got != want {
+		t.Errorf("relay: %v; received %d, want %d", &w.counts, got, want)
+	}
+	if d := w.counts.dropped.Load(); d < n/20 || d > n/5 {
+		t.Errorf("%d of %d dropped at 10%%", d, n)
+	}
+}
