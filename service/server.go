@@ -550,7 +550,7 @@ func (s *Server) watchLoop() {
 				c.kill = true
 			}
 			if c.authed && !c.kill && s.retired(c.gen) {
-				c.kill = true // it proved a secret the server no longer takes
+				s.revoke(c) // it proved a secret the server no longer takes
 			}
 			if c.kill {
 				c.dead = true
@@ -794,8 +794,24 @@ func (s *Server) SetSecret(key []byte, grace time.Duration) error {
 		}
 	}
 	s.secrets = append([]secret{{key: bytes.Clone(key), gen: s.secrets[0].gen + 1}}, s.secrets...)
+	if grace == 0 {
+		// The old keys die before SetSecret returns.
+		s.expire(time.Now())
+		for _, c := range s.conns {
+			if c.authed && !c.kill && s.retired(c.gen) {
+				s.revoke(c)
+			}
+		}
+	}
 	s.signal()
 	return nil
+}
+
+// revoke ends c's access at once (its QP, and so every key bound to it,
+// stops working) and has the watch loop tear it down; s.mu is held.
+func (s *Server) revoke(c *sconn) {
+	c.qp.SetError()
+	s.drop(c)
 }
 
 // expire forgets the secrets whose grace has passed and returns when the

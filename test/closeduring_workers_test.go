@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -77,6 +79,7 @@ func workCloseDuring(ctx context.Context, g *group.Group) error {
 		took time.Duration
 	}
 	outs := make([]outcome, len(calls))
+	succeeded := make([]atomic.Int64, len(calls))
 	var closedAt time.Time
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -91,10 +94,27 @@ func workCloseDuring(ctx context.Context, g *group.Group) error {
 					mu.Unlock()
 					return
 				}
+				succeeded[i].Add(1)
 			}
 		}()
 	}
+	// Close once every kind of call has succeeded on both ranks (a Put of
+	// a MiB takes a while on an emulated host), and at least 300 ms in.
+	dir, me := os.Getenv("RMA_TEST_DIR"), g.Rank()
 	time.Sleep(300 * time.Millisecond)
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		all := true
+		for i := range succeeded {
+			all = all && succeeded[i].Load() > 0
+		}
+		if all {
+			break
+		}
+	}
+	os.WriteFile(filepath.Join(dir, fmt.Sprintf("called.%d", me)), nil, 0o644)
+	wctx, wcancel := context.WithTimeout(ctx, 15*time.Second)
+	waitFile(wctx, filepath.Join(dir, fmt.Sprintf("called.%d", peer)))
+	wcancel()
 	mu.Lock()
 	closedAt = time.Now()
 	mu.Unlock()
