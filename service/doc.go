@@ -137,10 +137,12 @@
 //
 // # Not yet
 //
-// There are no non-contiguous datatypes, no byte-order probe of the NIC's
-// atomics (the group windows' atomics.Probe), no unexposing a window while
-// clients use it, and one call at a time per Client (a Lock waiting for
-// the server excepted: the client's other calls go on meanwhile; open
-// several Clients for parallelism). Listen needs a specific IP address,
-// not 0.0.0.0.
+// A device without type 2 memory windows cannot serve (Listen fails with
+// verbs.ErrNotSupported): there is no protection domain per client in
+// their place. There are no non-contiguous datatypes, no byte-order probe
+// of the NIC's atomics (the group windows' atomics.Probe), no unexposing
+// a window while clients use it, and one call at a time per Client (a
+// Lock waiting for the server excepted: the client's other calls go on
+// meanwhile; open several Clients for parallelism). Listen needs a
+// specific IP address, not 0.0.0.0.
 package service

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -421,12 +422,8 @@ func (s *Server) unlist(c *sconn) {
 		return
 	}
 	c.pending = false
-	for i, o := range s.unauth {
-		if o == c {
-			s.unauth = append(s.unauth[:i], s.unauth[i+1:]...)
-			s.unauth[len(s.unauth) : len(s.unauth)+1][0] = nil
-			return
-		}
+	if i := slices.Index(s.unauth, c); i >= 0 {
+		s.unauth = slices.Delete(s.unauth, i, i+1)
 	}
 }
 
