@@ -15,6 +15,13 @@
 // out-of-band barriers and all-gathers, used when windows are created and
 // freed.
 //
+// A member is reported lost (ErrPeerLost) on evidence of its death only:
+// its liveness connection closed by its kernel (its process died), its
+// RDMA connection failing and failing again to be re-established, or no
+// answer over RDMA to a probe after its liveness connection broke
+// otherwise (a keep-alive timeout on a lossy or cut wire is not a
+// death: the lower rank of the pair dials it again).
+//
 // Split divides a group into subgroups (MPI_Comm_split), collectively over
 // the group. A subgroup reuses its parent's RDMA connections, engine and
 // failure detection; it has its own out-of-band connections for its
