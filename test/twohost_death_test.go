@@ -37,8 +37,11 @@ const (
 	// multiple of 4.096 us whose sevenfold reaches the peer timeout (under twice the peer
 	// timeout); a call waiting for an engine reply probes the peer after a peer timeout of
 	// silence, and the probe fails as the NIC path does; the liveness connection notices a
-	// dead host within about three peer timeouts. One second more for the emulated hosts.
-	deathBound = 3*deathPeerTimeout + time.Second
+	// dead host within about three peer timeouts, and its death is confirmed over RDMA (the
+	// probe fails once the transport's retries are spent, or at once while the queue pair is
+	// being re-established, which needs the liveness connection). Two seconds more for that
+	// and for the emulated hosts.
+	deathBound = 3*deathPeerTimeout + 2*time.Second
 )
 
 // deathKillLine is rxevm's kill line (test/rxevm: KillMarker).
