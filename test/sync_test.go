@@ -220,24 +220,31 @@ func workPSCW(ctx context.Context, g *group.Group) error {
 		return err
 	}
 	const delay = 400 * time.Millisecond
+	// The ranks leave Allocate together: rank 2 starts delay after it. On a
+	// loaded host rank 0's Post may itself come late; Test is checked only
+	// if it comes well before rank 2 can have completed.
+	allocated := time.Now()
 	switch g.Rank() {
 	case 0:
 		if err := w.Post(ctx, []int{1, 2}, 0); err != nil {
 			return err
 		}
-		start := time.Now()
-		time.Sleep(delay / 4) // rank 1 completes quickly
-		done, err := w.Test()
-		if err != nil {
-			return err
-		}
-		if done {
-			return errors.New("exposure epoch ended before rank 2 completed")
+		time.Sleep(time.Until(allocated.Add(delay / 4))) // rank 1 completes quickly
+		if at := time.Since(allocated); at < delay/2 {
+			done, err := w.Test()
+			if err != nil {
+				return err
+			}
+			if done {
+				return errors.New("exposure epoch ended before rank 2 completed")
+			}
+		} else {
+			fmt.Printf("pscw: Post came %v after Allocate: Test not checked\n", at.Round(time.Millisecond))
 		}
 		if err := w.Wait(ctx); err != nil {
 			return err
 		}
-		waited := time.Since(start)
+		waited := time.Since(allocated)
 		a, b := binary.NativeEndian.Uint64(w.Bytes()), binary.NativeEndian.Uint64(w.Bytes()[8:])
 		if a != 11 || b != 22 {
 			return fmt.Errorf("after Wait: %d, %d; want 11, 22", a, b)
