@@ -45,7 +45,8 @@
 // loopback: a wire with no other hosts on it, where a killed guest is a host that died. The
 // guests' hostnames are rxevm's with "-host0" and "-host1" appended. Besides the variables
 // of the one-host guest, each command gets RMA_HOST (0 or 1), RMA_HOSTS (2) and RMA_HOST_ADDR
-// (its own address, 10.77.0.1 or 10.77.0.2).
+// (its own address, 10.77.0.1 or 10.77.0.2), and with -wire RMA_WIRE (the relay's first
+// faults: a command that finds it may change them).
 //
 // Every line that a command writes comes out on rxevm's stdout or stderr, live, prefixed with
 // "[host0] " or "[host1] "; qemu's own messages with "[hostN qemu] ", and the consoles (with

@@ -119,6 +119,9 @@ func (g *guest) start(ctx context.Context, o options, files *guestFiles, qemu, h
 		return err
 	}
 	env := append(guestEnv(os.Environ(), o.env), hostEnv(g.i, 2)...)
+	if w != nil {
+		env = append(env, "RMA_WIRE="+w.faults.String()) // the relay is there: a command may set its faults
+	}
 	if err := writeShare(g.share, files.setup, hostname, commandScript(env, files.wd, args)); err != nil {
 		return err
 	}

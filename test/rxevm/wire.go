@@ -14,7 +14,9 @@ import (
 // The wire of a two-host run: each guest's socket netdev sends its Ethernet frames (one UDP
 // datagram each) to a relay port of rxevm, which forwards them to the other guest's port,
 // with the faults of a wireFaults: loss, duplication, reordering, delay and jitter, drawn
-// from a seeded generator. The faults can change while the guests run: a host's command
+// from a seeded generator. Delay and jitter keep the frames' order, as a path whose queues
+// vary does (a frame that draws a shorter wait than the one before it leaves right after
+// it); only reordering lets later frames overtake. The faults can change while the guests run: a host's command
 // writes a line "rxevm: wire SPEC" (WireMarker, then a spec as -wire takes) to its stdout.
 
 // WireMarker starts the line that, written by a host's command to its stdout, sets the
@@ -24,7 +26,7 @@ const WireMarker = "rxevm: wire "
 // wireFaults are a wire's faults, in both directions.
 type wireFaults struct {
 	loss, dup, reorder float64       // probabilities per frame
-	delay, jitter      time.Duration // each frame waits delay, plus or minus up to jitter
+	delay, jitter      time.Duration // each frame waits delay, plus or minus up to jitter (in order)
 }
 
 // parseWire parses a spec: comma-separated loss=P, dup=P, reorder=P (P a percentage, "2%",
@@ -161,8 +163,23 @@ func (w *wire) start() {
 	}
 }
 
-// relay forwards what in receives to dst, through out.
+// relay forwards what in receives to dst, through out. Frames that are not held back for
+// reordering leave in the order they came, each at its draw's time or right after the one
+// before it, whichever is later (sender).
 func (w *wire) relay(in, out *net.UDPConn, dst *net.UDPAddr) {
+	q := make(chan timedFrame, 8192)
+	var queued atomic.Int64 // frames in q or being sent by the sender
+	go func() {
+		for f := range q {
+			if d := time.Until(f.due); d > 0 {
+				time.Sleep(d)
+			}
+			out.WriteToUDP(f.b, dst)
+			queued.Add(-1)
+		}
+	}()
+	defer close(q)
+	var last time.Time // when the last in-order frame leaves
 	buf := make([]byte, 65536)
 	for {
 		n, _, err := in.ReadFromUDP(buf)
@@ -170,53 +187,80 @@ func (w *wire) relay(in, out *net.UDPConn, dst *net.UDPAddr) {
 			return // closed
 		}
 		w.counts.frames.Add(1)
-		waits, reordered := w.fate()
-		if len(waits) == 0 {
+		copies := w.fate()
+		if len(copies) == 0 {
 			w.counts.dropped.Add(1)
 			continue
 		}
-		if len(waits) > 1 {
+		if len(copies) > 1 {
 			w.counts.duplicated.Add(1)
+		}
+		reordered := false
+		for _, c := range copies {
+			if c.held {
+				reordered = true
+				frame := append([]byte(nil), buf[:n]...)
+				time.AfterFunc(c.wait, func() { out.WriteToUDP(frame, dst) })
+				continue
+			}
+			now := time.Now()
+			due := now.Add(c.wait)
+			if due.Before(last) {
+				due = last
+			}
+			last = due
+			if !due.After(now) && queued.Load() == 0 {
+				out.WriteToUDP(buf[:n], dst)
+				continue
+			}
+			queued.Add(1)
+			q <- timedFrame{due, append([]byte(nil), buf[:n]...)}
 		}
 		if reordered {
 			w.counts.reordered.Add(1)
 		}
-		for _, d := range waits {
-			if d == 0 {
-				out.WriteToUDP(buf[:n], dst)
-				continue
-			}
-			frame := append([]byte(nil), buf[:n]...)
-			time.AfterFunc(d, func() { out.WriteToUDP(frame, dst) })
-		}
 	}
 }
 
-// fate draws what happens to one frame: how long each copy of it waits (none: dropped;
-// two: duplicated), and whether it was held back for later frames to overtake.
-func (w *wire) fate() (waits []time.Duration, reordered bool) {
+// timedFrame is a frame and when it leaves.
+type timedFrame struct {
+	due time.Time
+	b   []byte
+}
+
+// copyFate is what happens to one copy of a frame: how long it waits, and whether it is
+// held back for later frames to overtake.
+type copyFate struct {
+	wait time.Duration
+	held bool
+}
+
+// fate draws what happens to one frame: its copies (none: dropped; two: duplicated).
+func (w *wire) fate() []copyFate {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	f := w.faults
 	if f.loss > 0 && w.rng.Float64() < f.loss {
-		return nil, false
+		return nil
 	}
 	copies := 1
 	if f.dup > 0 && w.rng.Float64() < f.dup {
 		copies = 2
 	}
+	var out []copyFate
 	for range copies {
-		d := f.delay
+		c := copyFate{wait: f.delay}
 		if f.jitter > 0 {
-			d += time.Duration(w.rng.Int64N(int64(2*f.jitter+1))) - f.jitter
+			c.wait += time.Duration(w.rng.Int64N(int64(2*f.jitter+1))) - f.jitter
 		}
 		if f.reorder > 0 && w.rng.Float64() < f.reorder {
-			d += max(reorderGap, f.jitter)
-			reordered = true
+			c.wait += max(reorderGap, f.jitter)
+			c.held = true
 		}
-		waits = append(waits, max(d, 0))
+		c.wait = max(c.wait, 0)
+		out = append(out, c)
 	}
-	return waits, reordered
+	return out
 }
 
 // close stops the relay.

@@ -46,21 +46,23 @@ func TestWireFate(t *testing.T) {
 		w.rng = w2.rng
 		w2.close()
 		for range 20000 {
-			waits, r := w.fate()
-			seq = append(seq, len(waits))
+			copies := w.fate()
+			seq = append(seq, len(copies))
 			switch {
-			case len(waits) == 0:
+			case len(copies) == 0:
 				lost++
-			case len(waits) == 2:
+			case len(copies) == 2:
 				dup++
 			}
-			if r {
-				reord++
-			}
-			for _, d := range waits {
-				if d < 0 || d > f.jitter+max(reorderGap, f.jitter) {
-					t.Fatalf("a wait of %v with jitter %v", d, f.jitter)
+			held := false
+			for _, c := range copies {
+				held = held || c.held
+				if c.wait < 0 || c.wait > f.jitter+max(reorderGap, f.jitter) {
+					t.Fatalf("a wait of %v with jitter %v", c.wait, f.jitter)
 				}
+			}
+			if held {
+				reord++
 			}
 		}
 		return lost, dup, reord, seq
@@ -129,5 +131,52 @@ func TestWireRelay(t *testing.T) {
 	}
 	if d := w.counts.dropped.Load(); d < n/20 || d > n/5 {
 		t.Errorf("%d of %d dropped at 10%%", d, n)
+	}
+}
+
+// TestWireJitterKeepsOrder: with jitter (and no reordering) the frames arrive in the order
+// they were sent, later than they would without it.
+func TestWireJitterKeepsOrder(t *testing.T) {
+	var hosts [2]*net.UDPConn
+	var ports [2]int
+	for i := range hosts {
+		c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetReadBuffer(4 << 20)
+		hosts[i], ports[i] = c, c.LocalAddr().(*net.UDPAddr).Port
+	}
+	w, err := newWire(wireFaults{jitter: 5 * time.Millisecond, delay: 5 * time.Millisecond}, 4, ports)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.start()
+	defer w.close()
+	relay := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: w.Ports()[0]}
+	const n = 300
+	start := time.Now()
+	for i := range n {
+		if _, err := hosts[0].WriteToUDP([]byte{byte(i), byte(i >> 8)}, relay); err != nil {
+			t.Fatal(err)
+		}
+		if i%10 == 0 {
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+	buf := make([]byte, 64)
+	hosts[1].SetReadDeadline(time.Now().Add(2 * time.Second))
+	for i := range n {
+		k, _, err := hosts[1].ReadFromUDP(buf)
+		if err != nil {
+			t.Fatalf("frame %d of %d: %v", i, n, err)
+		}
+		if got := int(buf[0]) | int(buf[1])<<8; k != 2 || got != i {
+			t.Fatalf("frame %d arrived as number %d: out of order", i, got)
+		}
+	}
+	if d := time.Since(start); d < 5*time.Millisecond {
+		t.Errorf("%d frames through 5 ms ± 5 ms in %v: not delayed", n, d)
 	}
 }
