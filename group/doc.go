@@ -17,10 +17,15 @@
 //
 // A member is reported lost (ErrPeerLost) on evidence of its death only:
 // its liveness connection closed by its kernel (its process died), its
-// RDMA connection failing and failing again to be re-established, or no
-// answer over RDMA to a probe after its liveness connection broke
-// otherwise (a keep-alive timeout on a lossy or cut wire is not a
-// death: the lower rank of the pair dials it again).
+// RDMA connection failing and failing again to be re-established within
+// about twice the peer timeout, or no answer for a peer timeout to an RDMA
+// read after its liveness connection broke otherwise (a keep-alive timeout
+// on a lossy or cut wire is not a death: the lower rank of the pair dials
+// it again). A lossy or slow wire is not one either: the transport resends
+// what was lost after an ACK timeout set from the liveness connection's
+// measured round trip, without end on Soft-RoCE, and a connection whose
+// transport gives up anyway (hardware retries 7 times) is re-established.
+// A whole host's death is so found within about four peer timeouts.
 //
 // Split divides a group into subgroups (MPI_Comm_split), collectively over
 // the group. A subgroup reuses its parent's RDMA connections, engine and

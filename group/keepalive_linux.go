@@ -32,3 +32,24 @@ func keepAlive(c *net.TCPConn, d time.Duration) {
 		unix.SetsockoptInt(s, unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, (idle+2*intvl)*1000)
 	})
 }
+
+// roundTrip is the kernel's measurement of c's round trip (TCP_INFO): the
+// least it has seen, free of the delays of the peer's delayed
+// acknowledgements, and the smoothed mean deviation.
+func roundTrip(c net.Conn) (least, dev time.Duration, ok bool) {
+	tc, isTCP := c.(*net.TCPConn)
+	if !isTCP {
+		return 0, 0, false
+	}
+	raw, err := tc.SyscallConn()
+	if err != nil {
+		return 0, 0, false
+	}
+	raw.Control(func(fd uintptr) {
+		info, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+		if err == nil && info.Min_rtt > 0 {
+			least, dev, ok = time.Duration(info.Min_rtt)*time.Microsecond, time.Duration(info.Rttvar)*time.Microsecond, true
+		}
+	})
+	return least, dev, ok
+}

@@ -293,8 +293,8 @@ func (lv *liveness) serve(r int, c net.Conn, gen uint32) {
 }
 
 // recover follows a connection to rank r that failed otherwise than by
-// its peer's closing it (cause): r is lost only if it does not answer over
-// RDMA either; while it does, the lower rank of the two dials again, until
+// its peer's closing it (cause): r is lost only if it does not answer an
+// RDMA read within the peer timeout either; while it does, the lower rank of the two dials again, until
 // a new connection is installed (by either side) or close.
 func (lv *liveness) recover(r int, cause error) {
 	for {
@@ -304,11 +304,18 @@ func (lv *liveness) recover(r int, cause error) {
 		if done || lv.fab.PeerErr(r) != nil {
 			return
 		}
-		pctx, cancel := context.WithTimeout(lv.ctx, 4*lv.timeout+fabric.ReconnectTimeout(lv.timeout))
+		pctx, cancel := context.WithTimeout(lv.ctx, lv.timeout)
 		err := lv.fab.Probe(pctx, r)
+		silent := pctx.Err() != nil
 		cancel()
 		if lv.fab.PeerErr(r) != nil || lv.ctx.Err() != nil {
 			return // it did not answer (the probe marked it lost), or close
+		}
+		if silent {
+			// Silent on both paths: the transport retries a READ to a
+			// dead host without end (fabric's transportRetries).
+			lv.fab.MarkLost(r, fmt.Errorf("its liveness connection failed (%v) and it answered no RDMA read for %v", cause, lv.timeout))
+			return
 		}
 		if err == nil && lv.me < r {
 			dctx, cancel := context.WithTimeout(lv.ctx, lv.timeout)
@@ -351,6 +358,21 @@ func (lv *liveness) read(c net.Conn, deliver func([]byte)) error {
 		}
 		deliver(buf[1 : 1+n])
 	}
+}
+
+// RoundTrip is the kernel's round-trip measurement of the liveness
+// connection to rank (fabric.RoundTripper).
+func (lv *liveness) RoundTrip(rank int) (least, dev time.Duration, ok bool) {
+	if rank < 0 || rank >= len(lv.conns) {
+		return 0, 0, false
+	}
+	lv.mu.Lock()
+	c := lv.conns[rank]
+	lv.mu.Unlock()
+	if c == nil {
+		return 0, 0, false
+	}
+	return roundTrip(c)
 }
 
 // Signal sends msg to rank on its liveness connection (fabric.Signaller).

@@ -40,7 +40,7 @@ type fakeLive struct {
 	signals map[int][][]byte
 	lost    map[int]error
 	probes  int
-	probe   func(rank int) error
+	probe   func(ctx context.Context, rank int) error
 }
 
 func (f *fakeLive) HandleSignal(rank int, msg []byte) {
@@ -77,8 +77,10 @@ func (f *fakeLive) Probe(ctx context.Context, rank int) error {
 	if probe == nil {
 		return nil
 	}
-	if err := probe(rank); err != nil {
-		f.MarkLost(rank, err)
+	if err := probe(ctx, rank); err != nil {
+		if ctx.Err() == nil {
+			f.MarkLost(rank, err)
+		}
 		return err
 	}
 	return nil
@@ -310,12 +312,29 @@ func TestLivenessDeaths(t *testing.T) {
 	t.Run("silent", func(t *testing.T) {
 		lvs, fabs := livePair(t, 100*time.Millisecond)
 		fabs[0].mu.Lock()
-		fabs[0].probe = func(int) error { return errors.New("test: no answer over RDMA") }
+		fabs[0].probe = func(context.Context, int) error { return errors.New("test: no answer over RDMA") }
 		fabs[0].mu.Unlock()
 		c := lvs[0].conn(1)
 		c.(*net.TCPConn).SetLinger(0)
 		c.Close()
 		waitLost(t, fabs[0], 1, "no answer over RDMA")
+	})
+	t.Run("unanswered", func(t *testing.T) {
+		// A READ to a dead host is retried without end (rxe's transport),
+		// so the probe only times out: that, with the broken connection,
+		// is the death.
+		lvs, fabs := livePair(t, 100*time.Millisecond)
+		fabs[0].mu.Lock()
+		fabs[0].probe = func(ctx context.Context, _ int) error { <-ctx.Done(); return ctx.Err() }
+		fabs[0].mu.Unlock()
+		c := lvs[0].conn(1)
+		c.(*net.TCPConn).SetLinger(0)
+		start := time.Now()
+		c.Close()
+		waitLost(t, fabs[0], 1, "answered no RDMA read")
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("lost after %v, want about the peer timeout of 100ms", d)
+		}
 	})
 	t.Run("closed", func(t *testing.T) {
 		lvs, fabs := livePair(t, 100*time.Millisecond)

@@ -208,11 +208,12 @@ func workReconnect(ctx context.Context, g *group.Group) error {
 		return err
 	}
 	defer e.close()
-	w, err := win.Allocate(ctx, g, 128, 1)
+	w, err := win.Allocate(ctx, g, 136, 1)
 	if err != nil {
 		return err
 	}
-	// Bytes [64, 128) of every window: a constant, read by the concurrent phase.
+	// Bytes [64, 128) of every window: a constant, read by the concurrent phase;
+	// [128, 136): the int64 its NIC FetchAndOps add to.
 	for i := 64; i < 128; i++ {
 		w.Bytes()[i] = byte(3*i + me)
 	}
@@ -298,9 +299,14 @@ func workReconnect(ctx context.Context, g *group.Group) error {
 	}
 
 	// Phase 2: both ranks fault repeatedly while 6 goroutines each call
-	// into the fabric and the window. A call caught by a fault fails with
-	// an error matching ErrFlushed; none hangs, none reports the peer
-	// lost, and what succeeds reads exact values.
+	// into the fabric and the window. A READ caught by a fault is posted
+	// again on the re-established connection and succeeds; an atomic or an
+	// engine call so caught fails with an error matching ErrFlushed and
+	// ErrOutcomeUnknown; none hangs, none reports the peer lost, and what
+	// succeeds reads exact values. A NIC
+	// FetchAndOp so cut short may have been applied, never twice: each
+	// counter ends between the successful adds to it and those plus the
+	// unknown ones.
 	const workers, duration = 6, 3 * time.Second
 	var (
 		wg     sync.WaitGroup
@@ -309,6 +315,9 @@ func workReconnect(ctx context.Context, g *group.Group) error {
 		calls  atomic.Int64
 		failed atomic.Int64
 		faults atomic.Int64
+		// added and unknown: this rank's NIC FetchAndOps per target that
+		// succeeded, and that failed with ErrOutcomeUnknown.
+		added, unknown [2]atomic.Int64
 	)
 	fail := func(err error) {
 		mu.Lock()
@@ -325,16 +334,20 @@ func workReconnect(ctx context.Context, g *group.Group) error {
 		}
 		return b
 	}
-	// tolerate: a call cut short by a fault.
-	tolerate := func(what string, err error) bool {
+	// tolerate: an atomic or engine call cut short by a fault.
+	tolerate := func(what string, err error, reads bool) bool {
 		if err == nil {
 			return false
 		}
-		if errors.Is(err, verbs.ErrFlushed) && !errors.Is(err, verbs.ErrPeerLost) {
+		if reads {
+			fail(fmt.Errorf("%s: %v, want success (a READ cut short is posted again)", what, err))
+			return true
+		}
+		if errors.Is(err, verbs.ErrFlushed) && errors.Is(err, win.ErrOutcomeUnknown) && !errors.Is(err, verbs.ErrPeerLost) {
 			failed.Add(1)
 			return true
 		}
-		fail(fmt.Errorf("%s: %v, want success or an error matching ErrFlushed", what, err))
+		fail(fmt.Errorf("%s: %v, want success or an error matching ErrFlushed and ErrOutcomeUnknown", what, err))
 		return true
 	}
 	for i := 0; i < workers; i++ {
@@ -346,7 +359,7 @@ func workReconnect(ctx context.Context, g *group.Group) error {
 				cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 				var err error
 				var what string
-				switch (i + k) % 4 {
+				switch (i + k) % 5 {
 				case 0:
 					what = "fabric read"
 					dst := make([]byte, exposedPattern)
@@ -366,6 +379,13 @@ func workReconnect(ctx context.Context, g *group.Group) error {
 					if want := int32(binary.NativeEndian.Uint32(constant(t))); err == nil && v != want {
 						fail(fmt.Errorf("fetch-and-op NO_OP at rank %d: %d, want %d", t, v, want))
 					}
+				case 4:
+					what = "fetch-and-op SUM int64 (NIC)"
+					if _, err = win.FetchAndOp(cctx, w, int64(1), t, 128, op.Sum); err == nil {
+						added[t].Add(1)
+					} else if errors.Is(err, win.ErrOutcomeUnknown) {
+						unknown[t].Add(1)
+					}
 				case 3:
 					what = "fabric read8"
 					var v uint64
@@ -380,7 +400,7 @@ func workReconnect(ctx context.Context, g *group.Group) error {
 				}
 				cancel()
 				calls.Add(1)
-				tolerate(fmt.Sprintf("%s to rank %d", what, t), err)
+				tolerate(fmt.Sprintf("%s to rank %d", what, t), err, (i+k)%5 != 2 && (i+k)%5 != 4)
 			}
 		}()
 	}
@@ -407,6 +427,25 @@ func workReconnect(ctx context.Context, g *group.Group) error {
 	fmt.Printf("concurrent: %d calls, %d cut short by %d faults\n", calls.Load(), failed.Load(), faults.Load())
 	if err := g.Barrier(ctx); err != nil {
 		return err
+	}
+	var mine []byte // this rank's adds and unknowns to rank 0, then to rank 1
+	for t := range 2 {
+		mine = binary.LittleEndian.AppendUint64(mine, uint64(added[t].Load()))
+		mine = binary.LittleEndian.AppendUint64(mine, uint64(unknown[t].Load()))
+	}
+	all, err := g.AllGather(ctx, mine)
+	if err != nil {
+		return err
+	}
+	var lo, hi uint64
+	for _, b := range all {
+		a, u := binary.LittleEndian.Uint64(b[16*me:]), binary.LittleEndian.Uint64(b[16*me+8:])
+		lo, hi = lo+a, hi+a+u
+	}
+	got := binary.NativeEndian.Uint64(w.Bytes()[128:])
+	fmt.Printf("NIC counter at rank %d: %d, from %d adds that succeeded and %d of unknown outcome\n", me, got, lo, hi-lo)
+	if got < lo || got > hi {
+		return fmt.Errorf("NIC counter at rank %d: %d, want between %d and %d", me, got, lo, hi)
 	}
 	if err := check(peer, me); err != nil {
 		return fmt.Errorf("after the concurrent faults: %w", err)

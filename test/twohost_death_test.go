@@ -33,14 +33,11 @@ import (
 const (
 	deathAddr        = "10.77.0.1:17078"
 	deathPeerTimeout = time.Second
-	// deathBound: the NIC path gives up after 7 ACK timeouts, the smallest power-of-two
-	// multiple of 4.096 us whose sevenfold reaches the peer timeout (under twice the peer
-	// timeout); a call waiting for an engine reply probes the peer after a peer timeout of
-	// silence, and the probe fails as the NIC path does; the liveness connection notices a
-	// dead host within about three peer timeouts, and its death is confirmed over RDMA (the
-	// probe fails once the transport's retries are spent, or at once while the queue pair is
-	// being re-established, which needs the liveness connection). Two seconds more for that
-	// and for the emulated hosts.
+	// deathBound: the transport retries a request to a dead host without end (rxe), so the
+	// death is the liveness connection's: its keep-alive gives up on a dead host within
+	// about three peer timeouts, and the RDMA probe that must confirm it goes unanswered for
+	// one more; every call in flight then fails at once (its queue pair is put in the error
+	// state): about four peer timeouts in all, and a second more for the emulated hosts.
 	deathBound = 3*deathPeerTimeout + 2*time.Second
 )
 

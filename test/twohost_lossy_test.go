@@ -8,7 +8,10 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,18 +23,22 @@ import (
 	"github.com/onesided/rma/win"
 )
 
-// The lossy wire: TestTwoHostLossy runs through rxevm's relay (-wire), at 2% loss with 1%
-// duplication and 2% reordering, or at 20 ms jitter; every workload must end with exact
-// counts and no error. It is in no make stage yet: at 2% loss a Put of 1 MiB (16 WRITEs of
-// 64 KiB in flight) still fails with "transport retry counter exceeded". Run it with
+// The lossy wire: TestTwoHostLossy runs under rxevm's relay (-wire), which it sets, phase
+// by phase, to each of lossyWires; every workload must end with exact counts and no error.
+// make twohost runs it with
 //
-//	.cache/bin/rxevm -hosts 2 -wire loss=2%,dup=1%,reorder=2%,seed=1 -- \
-//		.cache/bin/integration.test -test.v -test.run '^TestTwoHostLossy$'
+//	.cache/bin/rxevm -hosts 2 -wire none -- .cache/bin/integration.test -test.v -test.run '^TestTwoHostLossy$'
+
+// lossyWires are the phases' wire faults: loss with duplication and reordering, a path
+// whose delay varies by 20 ms either way (in order), and heavy loss.
+var lossyWires = []string{"loss=2%,dup=1%,reorder=2%,seed=1", "jitter=20ms,seed=2", "loss=5%,seed=3"}
+
+// rxevmWire starts the line that sets the relay's faults (rxevm's WireMarker).
+const rxevmWire = "rxevm: wire "
 
 const (
-	lossyIters   = 50
-	lossySvcAddr = "10.77.0.1:17079"
-	lossySecret  = "rma-two-host-lossy"
+	lossyIters  = 50
+	lossySecret = "rma-two-host-lossy"
 )
 
 // Displacements in the lossy window.
@@ -49,18 +56,32 @@ func init() { workers["lossy"] = workLossy }
 // TestTwoHostLossy: one rank per host, and a service server on host0 with a client on host1,
 // run a NIC counter, engine accumulates, Put/Get of 8 B to 1 MiB checked by SHA-256, a
 // counter updated under the exclusive lock, and service calls; the counts must be exact and
-// no call may fail. It is skipped unless rxevm -hosts 2 runs it.
+// no call may fail. Host0 sets the wire's faults before each phase. It needs rxevm -hosts 2
+// with -wire (which sets RMA_WIRE).
 func TestTwoHostLossy(t *testing.T) {
 	rank := twoHostRank(t)
-	l := &launch{t: t, role: "lossy", size: 2, addr: twoHostAddr, secret: lossySecret, dir: t.TempDir()}
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-	out := l.wait([]*proc{l.start(ctx, rank, lossySecret)})[0]
-	want := map[string]string{"counter": "200", "olds": "ok", "locked": "100", "engine": "200", "putget": "ok", "service": "ok"}
-	for _, k := range []string{"counter", "olds", "locked", "engine", "putget", "service"} {
-		if got := value(t, out, k); got != want[k] {
-			t.Errorf("rank %d: %s=%s, want %s", rank, k, got, want[k])
-		}
+	if os.Getenv("RMA_WIRE") == "" {
+		t.Fatal("no relay on the wire: run it under rxevm -hosts 2 -wire none")
+	}
+	if rank == 0 {
+		t.Cleanup(func() { fmt.Println(rxevmWire + "none") })
+	}
+	for i, spec := range lossyWires {
+		t.Run(fmt.Sprintf("wire=%s", spec), func(t *testing.T) {
+			if rank == 0 {
+				fmt.Println(rxevmWire + spec)
+			}
+			l := &launch{t: t, role: "lossy", size: 2, addr: fmt.Sprintf("10.77.0.1:%d", 17180+i), secret: lossySecret, dir: t.TempDir()}
+			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+			defer cancel()
+			out := l.wait([]*proc{l.start(ctx, rank, lossySecret, fmt.Sprintf("RMA_LOSSY_SVC=10.77.0.1:%d", 17190+i))})[0]
+			want := map[string]string{"counter": "200", "olds": "ok", "locked": "100", "engine": "200", "putget": "ok", "service": "ok"}
+			for _, k := range []string{"counter", "olds", "locked", "engine", "putget", "service"} {
+				if got := value(t, out, k); got != want[k] {
+					t.Errorf("rank %d: %s=%s, want %s", rank, k, got, want[k])
+				}
+			}
+		})
 	}
 }
 
@@ -68,7 +89,7 @@ func workLossy(ctx context.Context, g *group.Group) error {
 	me, peer := g.Rank(), 1-g.Rank()
 	start := time.Now()
 	step := func(what string) {
-		fmt.Printf("rank %d: %s done at %v\n", me, what, time.Since(start).Round(time.Millisecond))
+		fmt.Printf("rank %d: %s done at %v (rxe0: %s)\n", me, what, time.Since(start).Round(time.Millisecond), rxeCounters())
 	}
 	w, err := win.Allocate(ctx, g, lossyData+2*(1<<20), 1)
 	if err != nil {
@@ -82,7 +103,7 @@ func workLossy(ctx context.Context, g *group.Group) error {
 			return err
 		}
 		defer verbs.Free(svcMem)
-		if srv, err = service.Listen(ctx, lossySvcAddr, service.ServerConfig{Secret: []byte(lossySecret)}); err != nil {
+		if srv, err = service.Listen(ctx, os.Getenv("RMA_LOSSY_SVC"), service.ServerConfig{Secret: []byte(lossySecret)}); err != nil {
 			return err
 		}
 		defer srv.Close()
@@ -128,12 +149,14 @@ func workLossy(ctx context.Context, g *group.Group) error {
 			block[i] = byte(i*7 + n + 31*me)
 		}
 		disp := lossyData + me*(1<<20)
+		t0 := time.Now()
 		if err := w.Put(ctx, block, peer, disp); err != nil {
 			return fmt.Errorf("Put of %d bytes: %w", n, err)
 		}
 		if err := w.Flush(ctx, peer); err != nil {
 			return fmt.Errorf("Flush after a Put of %d bytes: %w", n, err)
 		}
+		fmt.Printf("rank %d: Put+Flush of %d bytes: %v\n", me, n, time.Since(t0).Round(time.Millisecond))
 		back := make([]byte, n)
 		if err := w.Get(ctx, back, peer, disp); err != nil {
 			return fmt.Errorf("Get of %d bytes: %w", n, err)
@@ -173,7 +196,7 @@ func workLossy(ctx context.Context, g *group.Group) error {
 	step("locked")
 	// The service: rank 1 is its client across the wire.
 	if me == 1 {
-		if err := lossyClient(ctx); err != nil {
+		if err := lossyClient(ctx, os.Getenv("RMA_LOSSY_SVC")); err != nil {
 			return fmt.Errorf("service: %w", err)
 		}
 		step("service")
@@ -231,8 +254,8 @@ func workLossy(ctx context.Context, g *group.Group) error {
 
 // lossyClient dials the service server on host0 and makes lossyIters FetchAndOps and as many
 // engine Accumulates (float64, at 64) through the lossy wire.
-func lossyClient(ctx context.Context) error {
-	cl, err := service.Dial(ctx, lossySvcAddr, service.ClientConfig{Secret: []byte(lossySecret)})
+func lossyClient(ctx context.Context, addr string) error {
+	cl, err := service.Dial(ctx, addr, service.ClientConfig{Secret: []byte(lossySecret)})
 	if err != nil {
 		return err
 	}
@@ -250,6 +273,24 @@ func lossyClient(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// rxeCounters lists rxe0's nonzero transport counters (retransmissions, sequence errors,
+// duplicates and the like), to tell what the wire cost.
+func rxeCounters() string {
+	dir := "/sys/class/infiniband/rxe0/ports/1/hw_counters"
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if v := strings.TrimSpace(string(b)); err == nil && v != "0" && !strings.HasSuffix(e.Name(), "_pkts") {
+			out = append(out, e.Name()+"="+v)
+		}
+	}
+	return strings.Join(out, " ")
 }
 
 // bytesEqualMask reports, per byte, whether a and b agree.

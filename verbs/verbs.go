@@ -34,6 +34,13 @@ var (
 	// ErrRemoteOp: the responder could not perform the operation
 	// (remote operation or invalid request error, e.g. a misaligned atomic).
 	ErrRemoteOp = errors.New("verbs: remote operation error")
+
+	// ErrOutcomeUnknown is no completion's class: the packages above verbs
+	// return it for a request whose connection failed, the peer being
+	// alive, before its completion told whether the target performed it.
+	// An atomic or a message so reported may or may not have taken effect,
+	// and is not sent again.
+	ErrOutcomeUnknown = errors.New("verbs: outcome unknown")
 )
 
 // AtomicCap is the device's guarantee for remote atomics (C: enum ibv_atomic_cap).

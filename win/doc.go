@@ -145,10 +145,14 @@
 // it (Free completes it too). A cancelled Free leaves this rank's part of
 // the window registered: call Free again to complete it. When a peer process
 // dies, calls to it fail with ErrPeerLost at once (its kernel closes its
-// connections); when its whole host dies, within
-// about twice the group's peer timeout (group.Options.PeerTimeout: the
-// transport gives up after seven ACK timeouts, and the liveness connection
-// within three peer timeouts). Calls among the others go on: a lock the
+// connections); when its whole host dies, within about four times the
+// group's peer timeout (group.Options.PeerTimeout; see package group for
+// what counts as a death). When a connection to a live target fails (the
+// transport gave up on a lossy wire, or another call's fault broke it),
+// the Puts and Gets it cut short are sent again on the re-established
+// connection (sending one twice has the effect of once), and an atomic or
+// accumulate it cut short fails with ErrOutcomeUnknown: it may or may not
+// have been applied, and is not sent again. Calls among the others go on: a lock the
 // lost rank held (or was taking) is taken back by the ranks that wait for
 // it, once the lock's target rank has itself found the holder lost and
 // fenced it off (its connections with the holder failed for good, so that
@@ -168,7 +172,8 @@
 // # Errors
 //
 // Match with errors.Is: ErrRank, ErrOutOfWindow, ErrAlignment, ErrInvalid,
-// ErrEpoch, ErrFreed, ErrUndeclared, ErrNotCreated, ErrNotSupported, ErrPeerLost;
+// ErrEpoch, ErrFreed, ErrUndeclared, ErrNotCreated, ErrNotSupported, ErrPeerLost,
+// ErrOutcomeUnknown;
 // op.ErrOpDatatype and op.ErrOpUse for an op MPI does not allow there;
 // fallback.ErrRemoteRejected (and its reasons) when a target refuses an
 // active message; verbs.ErrRemoteAccess from the network; verbs.ErrClosed

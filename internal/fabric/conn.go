@@ -128,6 +128,10 @@ type peer struct {
 	completed atomic.Uint64
 	mu        sync.Mutex
 	err       error // first error of a fire-and-forget request since the last Flush
+	// redo: WRITEs whose connection failed, to be posted again (reissue);
+	// redoing: redo is not empty. Both under mu.
+	redo    []uint32
+	redoing atomic.Bool
 
 	// The manager's alone: the connection being set up while !up, the
 	// peer's endpoint for it and whether the peer is ready, the deadline of
@@ -139,6 +143,10 @@ type peer struct {
 	deadline   time.Time
 	retired    []*conn
 	lostDone   bool
+	// unsent: signals of the exchange that the Signaller could not carry
+	// yet (its connection being re-established); sent again until the
+	// deadline.
+	unsent [2]bool // RECONNECT, READY
 }
 
 // use returns rank's connection, ready to post to, with the peer's qmu held
@@ -350,10 +358,21 @@ func (f *Fabric) Probe(ctx context.Context, rank int) error {
 // of band (the group uses its per-pair liveness connections). Messages are
 // at most MaxSignal bytes and must arrive in order; the receiving side
 // hands them to Fabric.HandleSignal. Signal must not block for long (it
-// bounds its own write); an error means rank cannot be reached, which marks
-// it lost.
+// bounds its own write); a message it fails to send is sent again until
+// the re-establishment's deadline (ReconnectTimeout), which alone marks
+// the peer lost.
 type Signaller interface {
 	Signal(rank int, msg []byte) error
+}
+
+// A RoundTripper is a Signaller that also measures the round trip to a
+// rank (the group's liveness connections report their kernel's TCP
+// estimate): the fabric sets each connection's ACK timeout from it
+// (ackTimeout).
+type RoundTripper interface {
+	// RoundTrip returns the least round-trip time to rank measured and the
+	// mean deviation, or ok false if it has no measurement.
+	RoundTrip(rank int) (least, dev time.Duration, ok bool)
 }
 
 // MaxSignal is the largest message a Signaller carries.
@@ -362,6 +381,7 @@ const MaxSignal = 64
 const (
 	sigReconnect = 1 // gen (4 bytes, little endian), endpoint
 	sigReady     = 2 // gen
+	sigFenced    = 3 // gen (unused): the sender found the receiver lost and fenced it off
 	sigHeader    = 5
 )
 
@@ -518,6 +538,12 @@ func (f *Fabric) manageStep() time.Duration {
 		case !p.up && !p.deadline.IsZero() && time.Now().After(p.deadline):
 			f.lose(r, fmt.Errorf("its connection was not established within %v", f.reconnectTimeout))
 		}
+		if !p.up && p.lost.Load() == nil && p.next != nil && (p.unsent[0] || p.unsent[1]) {
+			f.resend(r)
+			if p.unsent[0] || p.unsent[1] {
+				sooner(f.peerTimeout / 10)
+			}
+		}
 		if !p.up && p.lost.Load() == nil && !p.deadline.IsZero() {
 			sooner(time.Until(p.deadline))
 		}
@@ -553,7 +579,7 @@ func (f *Fabric) begin(rank int, gen uint32) {
 		p.next = nil
 	}
 	f.m.recvMu.Unlock()
-	p.haveRemote, p.peerReady = false, false
+	p.haveRemote, p.peerReady, p.unsent = false, false, [2]bool{}
 	c, err := f.newConn(rank, gen)
 	if err != nil {
 		f.lose(rank, fmt.Errorf("re-creating its queue pair: %w", err))
@@ -569,12 +595,36 @@ func (f *Fabric) begin(rank int, gen uint32) {
 		f.up(rank)
 		return
 	}
-	var msg [sigHeader + verbs.EndpointSize]byte
-	msg[0] = sigReconnect
-	binary.LittleEndian.PutUint32(msg[1:], gen)
-	c.local.AppendBinary(msg[:sigHeader])
-	if err := f.signal(rank, msg[:]); err != nil {
-		f.lose(rank, fmt.Errorf("sending it a new endpoint: %w", err))
+	p.unsent[0] = true
+	f.resend(rank)
+}
+
+// resend sends rank the signals of the exchange for p.next that are due and
+// not sent yet: its endpoint (RECONNECT), then READY once it is connected.
+// A Signaller that fails (its own connection being re-established) is tried
+// again by the manager until the exchange's deadline: only the deadline
+// marks the peer lost.
+func (f *Fabric) resend(rank int) {
+	p := &f.peers[rank]
+	c := p.next
+	if p.unsent[0] {
+		var msg [sigHeader + verbs.EndpointSize]byte
+		msg[0] = sigReconnect
+		binary.LittleEndian.PutUint32(msg[1:], c.gen)
+		c.local.AppendBinary(msg[:sigHeader])
+		if f.signal(rank, msg[:]) != nil {
+			return
+		}
+		p.unsent[0] = false
+	}
+	if p.unsent[1] {
+		var msg [sigHeader]byte
+		msg[0] = sigReady
+		binary.LittleEndian.PutUint32(msg[1:], c.gen)
+		if f.signal(rank, msg[:]) != nil {
+			return
+		}
+		p.unsent[1] = false
 	}
 }
 
@@ -594,7 +644,7 @@ func (f *Fabric) retireLocked(rank int, c *conn) {
 		}
 		cr.conn = nil
 		if m.h.Fail != nil {
-			m.h.Fail(rank, i, fmt.Errorf("fabric: rank %d: active message lost when the connection failed: %w", rank, verbs.ErrFlushed))
+			m.h.Fail(rank, i, fmt.Errorf("fabric: rank %d: active message lost when the connection failed: %w: %w", rank, verbs.ErrOutcomeUnknown, verbs.ErrFlushed))
 		}
 		f.putCredit(rank, i)
 	}
@@ -634,6 +684,8 @@ func (f *Fabric) onSignal(rank int, msg []byte) {
 		}
 		p.remote, p.haveRemote = ep, true
 		f.connectNext(rank)
+	case sigFenced:
+		f.MarkLost(rank, errors.New("it found this rank lost and fenced it off"))
 	case sigReady:
 		if len(msg) != sigHeader || p.up || p.next == nil || p.next.gen != gen || p.peerReady {
 			return
@@ -650,18 +702,15 @@ func (f *Fabric) onSignal(rank int, msg []byte) {
 func (f *Fabric) connectNext(rank int) {
 	p := &f.peers[rank]
 	c := p.next
-	if err := c.qp.Connect(&f.path, c.local, p.remote); err != nil {
+	path := f.path
+	path.Timeout = f.ackTimeout(rank)
+	if err := c.qp.Connect(&path, c.local, p.remote); err != nil {
 		f.lose(rank, fmt.Errorf("connecting its new queue pair: %w", err))
 		return
 	}
 	c.connected = true
-	var msg [sigHeader]byte
-	msg[0] = sigReady
-	binary.LittleEndian.PutUint32(msg[1:], c.gen)
-	if err := f.signal(rank, msg[:]); err != nil {
-		f.lose(rank, fmt.Errorf("telling it the new connection is ready: %w", err))
-		return
-	}
+	p.unsent[1] = true
+	f.resend(rank)
 	if p.peerReady {
 		f.up(rank)
 	}
@@ -714,6 +763,12 @@ func (f *Fabric) settleLost(rank int) {
 	f.m.recvMu.Unlock()
 	if rank != f.rank {
 		atomic.StoreUint64((*uint64)(unsafe.Pointer(&f.probeMem[8+8*rank])), 1)
+		// Tell it, if it lives and can hear (best effort): its requests to
+		// this rank now go unanswered, which alone its transport would
+		// retry without end.
+		if e := p.lost.Load(); e != nil && !errors.Is(*e, ErrPeerLeft) {
+			f.signal(rank, []byte{sigFenced, 0, 0, 0, 0})
+		}
 	}
 }
 

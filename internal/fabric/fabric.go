@@ -10,11 +10,15 @@
 // A failed work completion (a bad rkey, a misaligned atomic, ...) moves an
 // RC queue pair, and usually its peer's, to the error state: the call that
 // hit it returns its typed error, the requests queued behind it on that pair
-// fail (with an error matching verbs.ErrFlushed), and a manager goroutine
+// fail (with an error matching verbs.ErrFlushed and verbs.ErrOutcomeUnknown:
+// they may or may not have been performed; READs and WRITEs among them are
+// posted again on the new pair instead: a READ by its caller, a WRITE by
+// the next Flush), and a manager goroutine
 // re-creates the pair on both sides, swapping endpoints out of band (see
-// Signaller), so that the next call to that rank works. Only a peer whose
-// process is gone (Fabric.MarkLost, or the transport's retries exhausted)
-// is lost for good: calls to it fail with ErrPeerLost.
+// Signaller), so that the next call to that rank works. The transport's
+// giving up is such a failure too. Only a peer known gone (Fabric.MarkLost,
+// or a pair not re-established within ReconnectTimeout) is lost for good:
+// calls to it fail with ErrPeerLost.
 //
 // Files: fabric.go sets up and closes; conn.go holds the connections and
 // the reconnect protocol; slots.go the work-request slots and staging
@@ -63,8 +67,8 @@ type Options struct {
 	// fewer in a group too small to fill them: see MsgMemory).
 	RecvBuffers int
 	// PeerTimeout bounds how long a peer may stay silent before calls to it
-	// fail with ErrPeerLost; 0 = DefaultPeerTimeout. It sets the transport's
-	// ACK timeout and retry count, how long a caller waits for an active
+	// fail with ErrPeerLost; 0 = DefaultPeerTimeout. It sets the ACK timeout
+	// when no round trip is measured (ackTimeout), how long a caller waits for an active
 	// message's reply before it checks that the peer is alive, and how long
 	// a failed connection may take to be re-established (ReconnectTimeout).
 	PeerTimeout time.Duration
@@ -155,11 +159,42 @@ var ErrPeerLeft = errors.New("it closed the group")
 // fail with ErrPeerLost, unless Options.PeerTimeout says otherwise.
 const DefaultPeerTimeout = time.Second
 
-// transportRetries is the QP's transport retry count. Seven would mean
-// "retry forever" on Soft-RoCE (rxe decrements the count only when it is
-// not 7), so a request to a host that died would never complete; with six
-// it fails with "transport retry counter exceeded" (ErrPeerLost).
-const transportRetries = 6
+// transportRetries is the QP's transport retry count: the most the 3-bit
+// field holds. Soft-RoCE (rxe) then retries without end (it decrements the
+// count only when it is not 7), and hardware 7 times. Either way the
+// transport's giving up is not taken for the peer's death: the failed pair
+// is re-established, and a peer is lost only on the evidence of its
+// liveness connection with an unanswered RDMA probe (MarkLost), or when
+// the pair cannot be re-established within ReconnectTimeout.
+const transportRetries = 7
+
+// minACKTimeout is the least ACK timeout exponent (4.096us*2^12, about
+// 17 ms): below it a slow responder's acknowledgement (rxe acknowledges a
+// long WRITE every 64 packets) would be resent for nothing.
+const minACKTimeout = 12
+
+// ackTimeout is the ACK timeout exponent of a connection to rank: the
+// transport resends what it has not seen acknowledged after 4.096us*2^t.
+// With a round-trip measurement from the Signaller (RoundTripper), t is the
+// least that covers eight of the least round trips and the least plus four
+// mean deviations (the wire's jitter), and minACKTimeout; without one, the
+// peer timeout over the transport's retries.
+func (f *Fabric) ackTimeout(rank int) int {
+	want := f.peerTimeout / (transportRetries + 1)
+	f.mgr.mu.Lock()
+	rt, ok := f.mgr.sig.(RoundTripper)
+	f.mgr.mu.Unlock()
+	if ok {
+		if least, dev, ok := rt.RoundTrip(rank); ok {
+			want = max(8*least, least+4*dev)
+		}
+	}
+	t := minACKTimeout
+	for t < 31 && 4096*time.Nanosecond<<t < want {
+		t++
+	}
+	return t
+}
 
 // defaults fills in the options left zero.
 func (o *Options) defaults() {
@@ -201,11 +236,6 @@ func (o *Options) defaults() {
 // The RC connection to another rank is made when first used.
 func New(ctx context.Context, rank, size int, ex Exchanger, o Options) (f *Fabric, err error) {
 	o.defaults()
-	// The transport gives up after (retries+1) ACK timeouts of 4.096us*2^t.
-	timeout := 1
-	for timeout < 31 && (transportRetries+1)*4096*time.Nanosecond<<timeout < o.PeerTimeout {
-		timeout++
-	}
 	// Before anything is opened or pinned: the device's file must open and
 	// RLIMIT_MEMLOCK must hold what New registers below (the scratch area
 	// with its staging chunks, the active-message buffers of initMessaging,
@@ -261,7 +291,7 @@ func New(ctx context.Context, rank, size int, ex Exchanger, o Options) (f *Fabri
 	}
 	f.path = verbs.Path{
 		Port: o.Port, LinkLayer: f.PortAttr.LinkLayer, GIDIndex: gidIndex, MTU: mtu,
-		MaxRdAtomic: rd, Timeout: timeout, RetryCount: transportRetries, RNRRetry: 7, MinRNRTimer: 12,
+		MaxRdAtomic: rd, Timeout: minACKTimeout, RetryCount: transportRetries, RNRRetry: 7, MinRNRTimer: 12,
 		Access: verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic,
 	}
 

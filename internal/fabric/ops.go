@@ -2,6 +2,7 @@ package fabric
 
 import (
 	"context"
+	"errors"
 
 	"github.com/onesided/rma/verbs"
 )
@@ -25,13 +26,15 @@ func (f *Fabric) Write(ctx context.Context, rank int, src []byte, raddr uint64, 
 		}
 		data := f.scratch(id)[:len(src)]
 		copy(data, src)
+		s := &f.slots[id]
+		s.redo, s.n, s.raddr, s.rkey = true, int32(len(src)), raddr, rkey
 		c, err := f.use(ctx, rank)
 		if err != nil {
 			f.releaseSlot(id)
 			return err
 		}
 		f.posting(id, p, c)
-		err = c.qp.PostWriteInline(uint64(id), data, raddr, rkey, verbs.SendSignaled)
+		err = f.postWrite(c, id)
 		p.qmu.RUnlock()
 		if err != nil {
 			f.unpost(id, p, c)
@@ -56,21 +59,72 @@ func (f *Fabric) Write(ctx context.Context, rank int, src []byte, raddr uint64, 
 			f.putChunk(ch)
 			return err
 		}
-		f.slots[id].chunk = ch
+		s := &f.slots[id]
+		s.chunk, s.redo, s.n, s.raddr, s.rkey = ch, true, int32(n), raddr, rkey
 		c, err := f.use(ctx, rank)
 		if err != nil {
 			f.releaseSlot(id)
 			return err
 		}
 		f.posting(id, p, c)
-		l := f.mr.Local(f.chunkOff+int(ch)*f.chunkSize, n)
-		err = c.qp.PostWrite(uint64(id), l, raddr, rkey, verbs.SendSignaled)
+		err = f.postWrite(c, id)
 		p.qmu.RUnlock()
 		if err != nil {
 			f.unpost(id, p, c)
 			return err
 		}
 		src, raddr = src[n:], raddr+uint64(n)
+	}
+	return nil
+}
+
+// postWrite posts slot id's WRITE on c: from its staging chunk, or inline
+// from its scratch.
+func (f *Fabric) postWrite(c *conn, id uint32) error {
+	s := &f.slots[id]
+	if s.chunk < 0 {
+		return c.qp.PostWriteInline(uint64(id), f.scratch(id)[:s.n], s.raddr, s.rkey, verbs.SendSignaled)
+	}
+	return c.qp.PostWrite(uint64(id), f.mr.Local(f.chunkOff+int(s.chunk)*f.chunkSize, int(s.n)), s.raddr, s.rkey, verbs.SendSignaled)
+}
+
+// reissue posts again the WRITEs to rank whose connection failed, on the
+// re-established one (use waits for it). If rank is lost they complete
+// with its error; if ctx ends first they stay for the next Flush.
+func (f *Fabric) reissue(ctx context.Context, rank int) error {
+	p := &f.peers[rank]
+	c, err := f.use(ctx, rank)
+	if err != nil && !errors.Is(err, ErrPeerLost) {
+		return err
+	}
+	p.mu.Lock()
+	ids := p.redo
+	p.redo = nil
+	p.redoing.Store(false)
+	p.mu.Unlock()
+	for _, id := range ids {
+		if err == nil {
+			f.slots[id].conn, f.slots[id].err = c, nil
+			c.posted.Add(1)
+			perr := f.postWrite(c, id)
+			if perr == nil {
+				continue
+			}
+			c.completed.Add(1)
+			f.slots[id].err = perr
+		} else {
+			f.slots[id].err = err
+		}
+		p.mu.Lock()
+		if p.err == nil {
+			p.err = f.slots[id].err
+		}
+		p.mu.Unlock()
+		p.completed.Add(1)
+		f.releaseSlot(id)
+	}
+	if err == nil {
+		p.qmu.RUnlock()
 	}
 	return nil
 }
@@ -93,25 +147,36 @@ func (f *Fabric) Read(ctx context.Context, rank int, dst []byte, raddr uint64, r
 		f.releaseSlot(id)
 		return nil
 	}
-	return f.ReadV(ctx, rank, rkey, dst, []Segment{{Addr: raddr, Len: len(dst)}})
+	return f.readV(ctx, rank, rkey, dst, []Segment{{Addr: raddr, Len: len(dst)}})
+}
+
+// readAgain reports whether a READ that failed with err is to be posted
+// again: its connection failed with the peer alive, and ctx goes on.
+func readAgain(ctx context.Context, err error) bool {
+	return err != nil && reissuable(err) && ctx.Err() == nil
 }
 
 // readSmall reads n <= 8 bytes at raddr into slot id's scratch word and
-// waits; the caller reads the word, then releases the slot.
+// waits; the caller reads the word, then releases the slot. A READ cut
+// short by a connection failure is posted again.
 func (f *Fabric) readSmall(ctx context.Context, rank int, raddr uint64, rkey uint32, n int) (uint32, error) {
-	id, err := f.postSmall(ctx, rank, wordRead, raddr, rkey, 0, 0, n)
-	if err != nil {
-		return 0, err
-	}
-	abandoned, err := f.wait(ctx, id)
-	if abandoned {
-		return 0, err
-	}
-	if err != nil {
+	for {
+		id, err := f.postSmall(ctx, rank, wordRead, raddr, rkey, 0, 0, n)
+		if err != nil {
+			return 0, err
+		}
+		abandoned, err := f.wait(ctx, id)
+		if abandoned {
+			return 0, err
+		}
+		if err == nil {
+			return id, nil
+		}
 		f.releaseSlot(id)
-		return 0, err
+		if !readAgain(ctx, err) {
+			return 0, err
+		}
 	}
-	return id, nil
 }
 
 // Segment is a remote range.
@@ -129,6 +194,20 @@ func (f *Fabric) ReadV(ctx context.Context, rank int, rkey uint32, dst []byte, s
 		return err
 	}
 	defer f.exit()
+	return f.readV(ctx, rank, rkey, dst, segs)
+}
+
+// readV is ReadV, posted again whole while a connection failure cuts it
+// short.
+func (f *Fabric) readV(ctx context.Context, rank int, rkey uint32, dst []byte, segs []Segment) error {
+	for {
+		if err := f.readVOnce(ctx, rank, rkey, dst, segs); !readAgain(ctx, err) {
+			return err
+		}
+	}
+}
+
+func (f *Fabric) readVOnce(ctx context.Context, rank int, rkey uint32, dst []byte, segs []Segment) error {
 	if err := f.peerErr(rank); err != nil {
 		return err
 	}
@@ -411,8 +490,16 @@ func (f *Fabric) Flush(ctx context.Context, rank int) error {
 	defer f.exit()
 	p := &f.peers[rank]
 	target := p.posted.Load()
-	if err := f.progressUntil(ctx, func() bool { return p.completed.Load() >= target }, nil); err != nil {
-		return err
+	for {
+		if err := f.progressUntil(ctx, func() bool { return p.completed.Load() >= target || p.redoing.Load() }, nil); err != nil {
+			return err
+		}
+		if !p.redoing.Load() {
+			break
+		}
+		if err := f.reissue(ctx, rank); err != nil {
+			return err
+		}
 	}
 	p.mu.Lock()
 	err := p.err

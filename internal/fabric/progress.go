@@ -43,6 +43,15 @@ func (f *Fabric) dispatchLocked(n int) int {
 			s.conn.completed.Add(1)
 		}
 		if s.async {
+			if s.redo && s.err != nil && reissuable(s.err) {
+				// Posted again by Flush once the pair is re-established;
+				// until then it counts as in flight.
+				p.mu.Lock()
+				p.redo = append(p.redo, id)
+				p.redoing.Store(true)
+				p.mu.Unlock()
+				continue
+			}
 			if s.err != nil && !s.msg {
 				p.mu.Lock()
 				if p.err == nil {
@@ -70,20 +79,29 @@ func (f *Fabric) dispatchLocked(n int) int {
 }
 
 // completionErr is the error a failed completion on c, to rank, gives its
-// caller. The transport giving up means the peer is gone; anything else
-// left c in the error state, and the pair is re-established.
+// caller. It left c in the error state, and the pair is re-established. The
+// transport's giving up (verbs.ErrPeerLost) is not the peer's death, which
+// only the liveness evidence or a failed re-establishment tells (settled):
+// until then the request's outcome is unknown.
 func (f *Fabric) completionErr(rank int, c *conn, werr error) error {
-	if errors.Is(werr, verbs.ErrPeerLost) {
-		f.setLost(rank, werr)
-	}
 	if err := f.peerErr(rank); err != nil {
 		return err
 	}
 	f.fault(c)
 	if errors.Is(werr, verbs.ErrFlushed) {
-		return fmt.Errorf("fabric: rank %d: request cut short by a connection failure (the connection is re-established): %w", rank, werr)
+		return fmt.Errorf("fabric: rank %d: request cut short by a connection failure (the connection is re-established): %w: %w", rank, verbs.ErrOutcomeUnknown, werr)
+	}
+	if errors.Is(werr, verbs.ErrPeerLost) {
+		return fmt.Errorf("fabric: rank %d: %w: %v (the connection is re-established)", rank, verbs.ErrOutcomeUnknown, werr)
 	}
 	return fmt.Errorf("fabric: rank %d: %w", rank, werr)
+}
+
+// reissuable reports whether a READ or WRITE that failed with err is to be
+// posted again: its connection failed with its peer alive (a READ or WRITE
+// applied twice has the effect of one).
+func reissuable(err error) bool {
+	return errors.Is(err, verbs.ErrOutcomeUnknown) && !errors.Is(err, ErrPeerLost)
 }
 
 // progressUntil drives completions until done reports true or ctx ends.

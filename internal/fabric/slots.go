@@ -23,7 +23,14 @@ const (
 
 type slot struct {
 	state atomic.Uint32
-	async bool  // nobody waits: the completion releases it
+	async bool // nobody waits: the completion releases it
+	// redo: a WRITE that is posted again if its connection fails (its data
+	// stays in its staging chunk, or in its scratch if inline): n bytes to
+	// raddr with rkey.
+	redo  bool
+	n     int32
+	raddr uint64
+	rkey  uint32
 	msg   bool  // an active message or reply: its error is not a Flush's
 	peer  int32 // rank
 	chunk int32 // staging chunk held, or -1
@@ -76,7 +83,7 @@ func (f *Fabric) tryAcquireSlot(rank int, async bool) (uint32, bool) {
 	f.slotMu.Unlock()
 	s := &f.slots[id]
 	s.state.Store(slotBusy)
-	s.async, s.msg, s.peer, s.chunk, s.reply, s.conn, s.err = async, false, int32(rank), -1, -1, nil, nil
+	s.async, s.msg, s.redo, s.peer, s.chunk, s.reply, s.conn, s.err = async, false, false, int32(rank), -1, -1, nil, nil
 	return id, true
 }
 
