@@ -732,8 +732,11 @@ func workReplyWake(ctx context.Context, g *group.Group) error {
 // TestReplyWake: requests wake an idle engine (they are sent solicited,
 // and the engine arms its CQ for solicited completions), and a caller that
 // sleeps waiting for a reply is woken by it through its own engine rather
-// than by the 1 ms re-check: at least half of the sleeps must end so. A
-// request that failed to wake the target would fail its call (20 s bound).
+// than by the 1 ms re-check: at least a quarter of the sleeps must end so.
+// A reply that wakes nobody leaves none; a working one most, but on an
+// emulated CPU the reply of a sleep that began late often comes after the
+// re-check (60 of 132 in one run, 36 of 74 in another). A request that
+// failed to wake the target would fail its call (20 s bound).
 func TestReplyWake(t *testing.T) {
 	l := newLaunch(t, "replywake", 2, "RMA_REPLY_SPIN=1us", "RMA_ENGINE_SPIN=1us")
 	outs := l.run(2 * time.Minute)
@@ -750,8 +753,8 @@ func TestReplyWake(t *testing.T) {
 	if slept < replyWakeCalls/4 {
 		t.Errorf("only %d of %d calls slept waiting for their reply: the test did not reach the path it checks (RMA_REPLY_SPIN=1us)", slept, replyWakeCalls)
 	}
-	if woken < slept/2 {
-		t.Errorf("%d of %d sleeps ended by their reply, want at least half: the reply did not wake the caller's engine", woken, slept)
+	if woken < slept/4 {
+		t.Errorf("%d of %d sleeps ended by their reply, want at least a quarter: the reply did not wake the caller's engine", woken, slept)
 	}
 }
 
