@@ -176,9 +176,9 @@ const minACKTimeout = 12
 // ackTimeout is the ACK timeout exponent of a connection to rank: the
 // transport resends what it has not seen acknowledged after 4.096us*2^t.
 // With a round-trip measurement from the Signaller (RoundTripper), t is the
-// least that covers eight of the least round trips and the least plus four
-// mean deviations (the wire's jitter), and minACKTimeout; without one, the
-// peer timeout over the transport's retries.
+// least that covers the least round trip plus four mean deviations (the
+// path's delay and its jitter), and minACKTimeout; without one, the peer
+// timeout over the transport's retries.
 func (f *Fabric) ackTimeout(rank int) int {
 	want := f.peerTimeout / (transportRetries + 1)
 	f.mgr.mu.Lock()
@@ -186,7 +186,7 @@ func (f *Fabric) ackTimeout(rank int) int {
 	f.mgr.mu.Unlock()
 	if ok {
 		if least, dev, ok := rt.RoundTrip(rank); ok {
-			want = max(8*least, least+4*dev)
+			want = least + 4*dev
 		}
 	}
 	t := minACKTimeout
