@@ -64,8 +64,8 @@ type livenessFabric interface {
 	HandleSignal(rank int, msg []byte)
 	MarkLost(rank int, cause error)
 	PeerErr(rank int) error
-	// Probe reads rank's probe word over RDMA: it fails, marking rank lost,
-	// only if rank does not answer.
+	// Probe reads rank's probe word over RDMA (fabric.Fabric.Probe): ctx's
+	// error if the read went unanswered until ctx ended.
 	Probe(ctx context.Context, rank int) error
 }
 
@@ -294,8 +294,9 @@ func (lv *liveness) serve(r int, c net.Conn, gen uint32) {
 
 // recover follows a connection to rank r that failed otherwise than by
 // its peer's closing it (cause): r is lost only if it does not answer an
-// RDMA read within the peer timeout either; while it does, the lower rank of the two dials again, until
-// a new connection is installed (by either side) or close.
+// RDMA read within the peer timeout either; while it does, the lower rank
+// of the two dials again, until a new connection is installed (by either
+// side) or close.
 func (lv *liveness) recover(r int, cause error) {
 	for {
 		lv.mu.Lock()
@@ -306,7 +307,7 @@ func (lv *liveness) recover(r int, cause error) {
 		}
 		pctx, cancel := context.WithTimeout(lv.ctx, lv.timeout)
 		err := lv.fab.Probe(pctx, r)
-		silent := pctx.Err() != nil
+		silent := err != nil && pctx.Err() != nil
 		cancel()
 		if lv.fab.PeerErr(r) != nil || lv.ctx.Err() != nil {
 			return // it did not answer (the probe marked it lost), or close

@@ -411,3 +411,36 @@ func TestLivenessSignals(t *testing.T) {
 	a.Close()
 	b.Close()
 }
+
+// TestLivenessProbeUnasked: a probe that could not ask (its ctx ended while
+// the RDMA pair was being re-established: Probe returns nil) is no
+// evidence of death: the peer is not marked lost, and it is probed again.
+func TestLivenessProbeUnasked(t *testing.T) {
+	lvs, fabs := livePair(t, 100*time.Millisecond)
+	fabs[1].mu.Lock()
+	fabs[1].probe = func(ctx context.Context, _ int) error { <-ctx.Done(); return nil }
+	fabs[1].mu.Unlock()
+	// Rank 1 dials nobody (the lower rank does), and rank 0, marked as
+	// closing, leaves the broken connection alone: only rank 1's probes run.
+	lvs[0].mu.Lock()
+	lvs[0].closing = true
+	lvs[0].mu.Unlock()
+	c := lvs[1].conn(0)
+	c.(*net.TCPConn).SetLinger(0)
+	c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, lost, probes := fabs[1].state()
+		if len(lost) > 0 {
+			t.Fatalf("marked lost after %d probes that could not ask: %v", probes, lost)
+		}
+		if probes >= 3 {
+			t.Logf("%d probes, none taken for a death", probes)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d probes after 10 s, want 3", probes)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

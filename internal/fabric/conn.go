@@ -320,9 +320,7 @@ func (f *Fabric) peerErr(rank int) error {
 // ErrPeerLost) or not (nil).
 func (f *Fabric) PeerErr(rank int) error { return f.peerErr(rank) }
 
-// probe reads rank's probe word: it fails, within the peer timeout, if rank
-// is gone, and marks it lost. Other failures (the connection being
-// re-established) say nothing about the peer's life and are not reported.
+// probe reads rank's probe word: see Probe.
 func (f *Fabric) probe(ctx context.Context, rank int) error {
 	p := &f.peers[rank]
 	_, err := f.Read8(ctx, rank, p.probeAddr, p.probeRKey)
@@ -330,6 +328,9 @@ func (f *Fabric) probe(ctx context.Context, rank int) error {
 		return nil
 	}
 	if ctx.Err() != nil {
+		if p.unready.Load() {
+			return nil // its pair is being re-established: nothing was asked
+		}
 		return ctx.Err()
 	}
 	if errors.Is(err, ErrPeerLost) {
@@ -339,11 +340,13 @@ func (f *Fabric) probe(ctx context.Context, rank int) error {
 	return nil
 }
 
-// Probe reads rank's probe word over RDMA. It fails, and marks rank lost,
-// only if rank does not answer (the transport's retries, then the
-// re-establishment of its queue pair, failed): the evidence that a rank
-// is gone when another channel to it only went quiet. Other failures say
-// nothing about rank and return nil.
+// Probe reads rank's probe word over RDMA: the evidence of whether a rank
+// lives when another channel to it went quiet. It returns ctx's error if
+// the read was asked and not answered before ctx ended (the transport
+// retries a read to a dead host without end on Soft-RoCE), and marks rank
+// lost and returns its error if the transport gave up and the queue pair
+// could not be re-established. Other failures, and a ctx that ends while
+// the pair is being re-established, say nothing about rank: nil.
 func (f *Fabric) Probe(ctx context.Context, rank int) error {
 	if err := f.enter(); err != nil {
 		return err
