@@ -85,20 +85,25 @@ func TestWireFate(t *testing.T) {
 	}
 }
 
-// TestWireRelay: frames sent to the relay reach the other side, less those lost, plus the
-// duplicates, and the counts say so.
-func TestWireRelay(t *testing.T) {
-	var hosts [2]*net.UDPConn
-	var ports [2]int
+// wireHosts opens two UDP sockets on the loopback that stand for the guests' netdevs, and
+// returns them with their ports.
+func wireHosts(t *testing.T) (hosts [2]*net.UDPConn, ports [2]int) {
 	for i := range hosts {
 		c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer c.Close()
+		t.Cleanup(func() { c.Close() })
 		c.SetReadBuffer(4 << 20)
 		hosts[i], ports[i] = c, c.LocalAddr().(*net.UDPAddr).Port
 	}
+	return hosts, ports
+}
+
+// TestWireRelay: frames sent to the relay reach the other side, less those lost, plus the
+// duplicates, and the counts say so.
+func TestWireRelay(t *testing.T) {
+	hosts, ports := wireHosts(t)
 	w, err := newWire(wireFaults{loss: 0.1, dup: 0.1}, 3, ports)
 	if err != nil {
 		t.Fatal(err)
@@ -137,17 +142,7 @@ func TestWireRelay(t *testing.T) {
 // TestWireJitterKeepsOrder: with jitter (and no reordering) the frames arrive in the order
 // they were sent, later than they would without it.
 func TestWireJitterKeepsOrder(t *testing.T) {
-	var hosts [2]*net.UDPConn
-	var ports [2]int
-	for i := range hosts {
-		c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		c.SetReadBuffer(4 << 20)
-		hosts[i], ports[i] = c, c.LocalAddr().(*net.UDPAddr).Port
-	}
+	hosts, ports := wireHosts(t)
 	w, err := newWire(wireFaults{jitter: 5 * time.Millisecond, delay: 5 * time.Millisecond}, 4, ports)
 	if err != nil {
 		t.Fatal(err)
