@@ -203,8 +203,8 @@ func Join(ctx context.Context, o Options) (*Group, error) {
 	fab.StartMessaging(fabric.Handlers{
 		Request: func(_ int, req, reply []byte) []byte { return g.target.Handle(req, reply) },
 		Reply:   g.client.OnReply,
-		// A request lost with a failed connection ends its operation
-		// with the error, as an error reply would.
+		// A request to a lost rank ends its operation with the error,
+		// as an error reply would.
 		Fail: func(rank, credit int, err error) {
 			call := g.client.Slot(rank, credit)
 			if op := call.Op; op != nil {

@@ -38,8 +38,8 @@ var (
 	// ErrOutcomeUnknown is no completion's class: the packages above verbs
 	// return it for a request whose connection failed, the peer being
 	// alive, before its completion told whether the target performed it.
-	// An atomic or a message so reported may or may not have taken effect,
-	// and is not sent again.
+	// An atomic so reported may or may not have taken effect, and is not
+	// sent again.
 	ErrOutcomeUnknown = errors.New("verbs: outcome unknown")
 )
 

@@ -150,9 +150,11 @@
 // what counts as a death). When a connection to a live target fails (the
 // transport gave up on a lossy wire, or another call's fault broke it),
 // the Puts and Gets it cut short are sent again on the re-established
-// connection (sending one twice has the effect of once), and an atomic or
-// accumulate it cut short fails with ErrOutcomeUnknown: it may or may not
-// have been applied, and is not sent again. Calls among the others go on: a lock the
+// connection (sending one twice has the effect of once), so are the
+// accumulates through the target's engine (the target applies each at
+// most once, and answers one it has applied with its recorded reply), and
+// a NIC atomic it cut short fails with ErrOutcomeUnknown: it may or may
+// not have been applied, and is not sent again. Calls among the others go on: a lock the
 // lost rank held (or was taking) is taken back by the ranks that wait for
 // it, once the lock's target rank has itself found the holder lost and
 // fenced it off (its connections with the holder failed for good, so that

@@ -41,8 +41,9 @@ var (
 	// the group's peer timeout).
 	ErrPeerLost = verbs.ErrPeerLost
 	// ErrOutcomeUnknown: the connection to a live target failed before the
-	// call's completion told whether the target applied it (the transport
-	// gave up on a lossy wire); the update may or may not have happened.
+	// completion of a NIC atomic told whether the target applied it (the
+	// transport gave up on a lossy wire); the update may or may not have
+	// happened.
 	ErrOutcomeUnknown = verbs.ErrOutcomeUnknown
 	// ErrUndeclared: the window declared the ops it uses, and not this one.
 	ErrUndeclared = errors.New("win: op not declared for this window")

@@ -40,8 +40,8 @@ import (
 // context and ReconnectTimeout); a pair not re-established within
 // ReconnectTimeout has its peer marked lost. Requests of a retired QP
 // complete (flushed) like any other; the QP is destroyed once they all have.
-// Active messages sent on it will get no reply: their credits are released
-// and Handlers.Fail reports them.
+// Active messages sent on it that got no reply are sent again on the new
+// one (see msg.go: the target applies each at most once).
 
 // conn is one generation of the RC connection to a rank.
 type conn struct {
@@ -632,24 +632,20 @@ func (f *Fabric) resend(rank int) {
 }
 
 // retireLocked takes c out of use; recvMu is held. Requests sent on it
-// will get no reply: their credits are released and reported failed.
+// that got no reply are to be sent again (resendRequests).
 func (f *Fabric) retireLocked(rank int, c *conn) {
 	p := &f.peers[rank]
 	c.retired.Store(true)
 	c.setError()
 	p.retired = append(p.retired, c)
-	m := &f.m
-	mp := &m.peers[rank]
+	mp := &f.m.peers[rank]
 	for i := range mp.credits {
 		cr := &mp.credits[i]
-		if cr.conn != c || !cr.state.CompareAndSwap(slotBusy, slotFree) {
+		if cr.conn != c || !cr.state.CompareAndSwap(slotBusy, creditResend) {
 			continue
 		}
 		cr.conn = nil
-		if m.h.Fail != nil {
-			m.h.Fail(rank, i, fmt.Errorf("fabric: rank %d: active message lost when the connection failed: %w: %w", rank, verbs.ErrOutcomeUnknown, verbs.ErrFlushed))
-		}
-		f.putCredit(rank, i)
+		mp.resending.Store(true)
 	}
 }
 

@@ -9,11 +9,13 @@
 //
 // A failed work completion (a bad rkey, a misaligned atomic, ...) moves an
 // RC queue pair, and usually its peer's, to the error state: the call that
-// hit it returns its typed error, the requests queued behind it on that pair
-// fail (with an error matching verbs.ErrFlushed and verbs.ErrOutcomeUnknown:
-// they may or may not have been performed; READs and WRITEs among them are
-// posted again on the new pair instead: a READ by its caller, a WRITE by
-// the next Flush), and a manager goroutine
+// hit it returns its typed error, the NIC atomics queued behind it on that
+// pair fail (with an error matching verbs.ErrFlushed and
+// verbs.ErrOutcomeUnknown: they may or may not have been performed), the
+// other requests are sent again on the new pair (a READ by its caller, a
+// WRITE by the next Flush, an active message by whoever waits for replies
+// from that rank; the target applies an active message at most once), and
+// a manager goroutine
 // re-creates the pair on both sides, swapping endpoints out of band (see
 // Signaller), so that the next call to that rank works. The transport's
 // giving up is such a failure too. Only a peer known gone (Fabric.MarkLost,
@@ -110,6 +112,8 @@ type Fabric struct {
 	slotMu     sync.Mutex
 	freeList   []uint32     // free slots, a stack (the last freed is reused first)
 	nfree      atomic.Int32 // len(freeList), readable without slotMu
+	// failReply: a test's count of replies to lose (FailReplies).
+	failReply atomic.Int32
 	freeChunks chan uint32
 
 	pollMu sync.Mutex
@@ -518,3 +522,13 @@ func (f *Fabric) wakeAll() {
 
 // errClosed is what every call to a peer returns once the fabric is closed.
 var errClosed = fmt.Errorf("fabric: the group is closed: %w", verbs.ErrClosed)
+
+// FailReplies is a test hook: the next n requests this rank's engine
+// serves are applied, and instead of sending their replies it fails their
+// connections, as a connection that fails while the reply is on the wire
+// would. Their origins send them again once the pair is re-established.
+func (f *Fabric) FailReplies(n int) { f.failReply.Add(int32(n)) }
+
+// RepliesToFail is how many of the replies FailReplies was told to lose
+// are still to come.
+func (f *Fabric) RepliesToFail() int { return int(max(f.failReply.Load(), 0)) }

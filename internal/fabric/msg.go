@@ -11,8 +11,8 @@ import (
 )
 
 // Active messages: every rank may have Credits requests in flight to every
-// other rank. A request is a SEND with immediate data (the credit index)
-// into a receive buffer of the target; the target's handler applies it and
+// other rank. A request is a SEND with immediate data (the credit index
+// and the credit's sequence number) into a receive buffer of the target; the target's handler applies it and
 // answers with a SEND whose immediate data is the credit with replyFlag
 // set. Every QP of the fabric (the loopback pair's two halves too) takes
 // its receives from one shared receive queue (SRQ), so that the receive
@@ -29,8 +29,17 @@ import (
 //
 // A receive completion names the QP it arrived on (WC.QPNum), which names
 // the connection (conn) and its rank: a message that came in on a
-// connection since replaced is dropped (its sender was told the request
-// failed). Replies go back on the connection the request came in on.
+// connection since replaced is dropped. Replies go back on the connection
+// the request came in on.
+//
+// A request is applied at most once. When its connection fails before its
+// reply comes, the origin sends it again, unchanged, on the re-established
+// connection (resendRequests): it may or may not have reached the target.
+// Each use of a credit has the next sequence number (15 bits, never 0),
+// and the target keeps, per rank and credit, the sequence number of the
+// last request it applied and the reply it built: a request that comes
+// again gets that reply, and is not applied again. One record per credit
+// is enough, since a credit is used again only once its reply came.
 //
 // Receive completions arrive on their own CQ. The engine goroutine polls it,
 // spins a little when work arrives, and sleeps on its completion channel
@@ -42,7 +51,11 @@ import (
 // sleep arms the CQ for any completion, so that its reply wakes the
 // engine, which wakes it). Handlers run under recvMu, one at a time.
 
-const replyFlag = 1 << 31
+const (
+	replyFlag = 1 << 31
+	seqShift  = 16 // a request's sequence number: imm >> seqShift
+	seqMask   = 1<<15 - 1
+)
 
 // Handlers are the two sides of the active-message protocol.
 type Handlers struct {
@@ -53,21 +66,41 @@ type Handlers struct {
 	// waiter gave up (Wait returned a context error).
 	Reply func(rank, credit int, reply []byte)
 	// Fail reports that the request that used credit will get no reply:
-	// the connection it was sent on failed. Like Reply, it is called with
-	// the credit still held, from one goroutine at a time.
+	// its rank is lost. Like Reply, it is called with the credit still
+	// held, from one goroutine at a time.
 	Fail func(rank, credit int, err error)
 }
 
+// creditResend is the state of a credit whose request was sent on a
+// connection that failed before the reply came: it is sent again on the
+// re-established one.
+const creditResend = slotReserved + 1
+
 type credit struct {
-	state atomic.Uint32 // slotFree, slotReserved (acquired), slotBusy (sent)
+	state atomic.Uint32 // slotFree, slotReserved (acquired), slotBusy (sent), creditResend
 	conn  *conn         // the connection it was sent on (while slotBusy)
 	buf   int32         // the request buffer held (while reserved or busy), or -1
+	n     int32         // the request's length (while busy)
+	seq   uint32        // the sequence number of its last request
+}
+
+// applied is the target's record of the last request of one credit of a
+// rank: its sequence number (0: none) and the reply it got.
+type applied struct {
+	seq   uint32
+	reply []byte
 }
 
 type msgPeer struct {
 	free    chan uint16 // credits not in use
 	credits []credit
 	wake    chan struct{} // a credit was released
+	// resending: some credit is creditResend; resendMu: held by the one
+	// who sends them again.
+	resending atomic.Bool
+	resendMu  sync.Mutex
+	// applied: the target's records, by credit (under recvMu).
+	applied []applied
 }
 
 // qpSide is what a QP number stands for: a connection, and for the own
@@ -82,6 +115,7 @@ type qpSide struct {
 type deferredReq struct {
 	c            *conn
 	side, credit int
+	seq          uint32
 	req          []byte
 }
 
@@ -180,6 +214,7 @@ func (f *Fabric) initMessaging(credits, size, recv int) (err error) {
 		p.free = make(chan uint16, credits)
 		p.credits = make([]credit, credits)
 		p.wake = make(chan struct{}, 1)
+		p.applied = make([]applied, credits)
 		for c := range p.credits {
 			p.credits[c].buf = -1
 			p.free <- uint16(c)
@@ -440,7 +475,7 @@ func (f *Fabric) pollRecvLocked() int {
 			f.onReply(c.rank, c, int(wc.Imm&0xffff), m.mem[id*m.size:id*m.size+int(min(wc.ByteLen, uint32(m.size)))])
 		default:
 			m.requests++
-			f.onRequest(c, qs.side, int(wc.Imm&0xffff), m.mem[id*m.size:id*m.size+int(min(wc.ByteLen, uint32(m.size)))])
+			f.onRequest(c, qs.side, int(wc.Imm&0xffff), wc.Imm>>seqShift&seqMask, m.mem[id*m.size:id*m.size+int(min(wc.ByteLen, uint32(m.size)))])
 		}
 		f.recycleLocked(id) // free again once its message is handled
 	}
@@ -461,12 +496,12 @@ func (f *Fabric) pollRecvLocked() int {
 // and the SRQ not drained, would keep the replies of other engines from
 // arriving, and with few receive buffers engines that reply to each other
 // would wait for each other until their connections failed.
-func (f *Fabric) onRequest(c *conn, side, credit int, req []byte) {
+func (f *Fabric) onRequest(c *conn, side, credit int, seq uint32, req []byte) {
 	m := &f.m
 	if credit >= m.credits || m.h.Request == nil {
 		return // not a request a conforming origin sends: drop it
 	}
-	if len(m.deferred) == 0 && f.serve(c, side, credit, req) {
+	if len(m.deferred) == 0 && f.serve(c, side, credit, seq, req) {
 		return
 	}
 	if len(m.deferred) == cap(m.deferred) {
@@ -478,7 +513,7 @@ func (f *Fabric) onRequest(c *conn, side, credit int, req []byte) {
 	if k := len(m.spare); k > 0 {
 		b, m.spare = m.spare[k-1], m.spare[:k-1]
 	}
-	m.deferred = append(m.deferred, deferredReq{c: c, side: side, credit: credit, req: append(b[:0], req...)})
+	m.deferred = append(m.deferred, deferredReq{c: c, side: side, credit: credit, seq: seq, req: append(b[:0], req...)})
 }
 
 // serveDeferredLocked serves the deferred requests, in order, as far as
@@ -488,7 +523,7 @@ func (f *Fabric) serveDeferredLocked() {
 	n := 0
 	for ; n < len(m.deferred); n++ {
 		d := &m.deferred[n]
-		if !d.c.retired.Load() && !f.serve(d.c, d.side, d.credit, d.req) {
+		if !d.c.retired.Load() && !f.serve(d.c, d.side, d.credit, d.seq, d.req) {
 			break
 		}
 		m.spare = append(m.spare, d.req)
@@ -502,8 +537,9 @@ func (f *Fabric) serveDeferredLocked() {
 }
 
 // serve has the handler build the reply to req and posts it, if a slot
-// and a reply buffer are free; it reports whether they were.
-func (f *Fabric) serve(c *conn, side, credit int, req []byte) bool {
+// and a reply buffer are free; it reports whether they were. A request
+// applied already (sent again) gets its recorded reply.
+func (f *Fabric) serve(c *conn, side, credit int, seq uint32, req []byte) bool {
 	m := &f.m
 	rank := c.rank
 	id, ok := f.tryAcquireSlot(rank, true)
@@ -518,8 +554,24 @@ func (f *Fabric) serve(c *conn, side, credit int, req []byte) bool {
 		return false
 	}
 	off := m.repOff + int(rb)*m.size
-	reply := m.h.Request(rank, req, m.mem[off:off:off+m.size])
+	rec := &m.peers[rank].applied[credit]
+	var reply []byte
+	if seq != 0 && rec.seq == seq {
+		reply = append(m.mem[off:off:off+m.size], rec.reply...)
+	} else {
+		reply = m.h.Request(rank, req, m.mem[off:off:off+m.size])
+		rec.seq, rec.reply = seq, append(rec.reply[:0], reply...)
+	}
 	imm := uint32(replyFlag | credit)
+	if c.resp == nil && f.failReply.Load() > 0 && f.failReply.Add(-1) >= 0 {
+		// The test hook: the request is applied and its reply lost with
+		// the connection.
+		f.releaseSlot(id)
+		f.putReplyBuf(rb)
+		c.setError()
+		f.fault(c)
+		return true
+	}
 	s := &f.slots[id]
 	s.msg = true
 	qp := c.qp
@@ -581,7 +633,7 @@ func (f *Fabric) failCredits(rank int, err error) int {
 	n := 0
 	for i := range mp.credits {
 		cr := &mp.credits[i]
-		if !cr.state.CompareAndSwap(slotBusy, slotFree) {
+		if !cr.state.CompareAndSwap(slotBusy, slotFree) && !cr.state.CompareAndSwap(creditResend, slotFree) {
 			continue
 		}
 		cr.conn = nil
@@ -704,16 +756,11 @@ func (f *Fabric) Send(ctx context.Context, rank, c, n int) error {
 	}
 	p := &f.peers[rank]
 	cr := &m.peers[rank].credits[c]
-	off := m.reqOff + int(cr.buf)*m.size
-	cr.conn = cn
+	cr.conn, cr.n = cn, int32(n)
+	cr.seq = cr.seq%seqMask + 1
 	cr.state.Store(slotBusy) // publishes the caller's records of the request to the reply handler
 	f.posting(id, p, cn)
-	// Solicited: the peer's idle engine sleeps until a request comes.
-	if n <= f.maxInline {
-		err = cn.qp.PostSendInlineImm(uint64(id), m.mem[off:off+n], uint32(c), verbs.SendSignaled|verbs.SendSolicited)
-	} else {
-		err = cn.qp.PostSendImm(uint64(id), m.mr.Local(off, n), uint32(c), verbs.SendSignaled|verbs.SendSolicited)
-	}
+	err = f.postRequest(cn, id, c)
 	if err != nil {
 		f.unpost(id, p, cn)
 		// Still under the read lock: the manager cannot be failing it too.
@@ -724,6 +771,70 @@ func (f *Fabric) Send(ctx context.Context, rank, c, n int) error {
 	}
 	p.qmu.RUnlock()
 	return err
+}
+
+// postRequest posts credit c's request on cn, with slot id.
+func (f *Fabric) postRequest(cn *conn, id uint32, c int) error {
+	m := &f.m
+	cr := &m.peers[cn.rank].credits[c]
+	off, n := m.reqOff+int(cr.buf)*m.size, int(cr.n)
+	imm := uint32(c) | cr.seq<<seqShift
+	// Solicited: the peer's idle engine sleeps until a request comes.
+	if n <= f.maxInline {
+		return cn.qp.PostSendInlineImm(uint64(id), m.mem[off:off+n], imm, verbs.SendSignaled|verbs.SendSolicited)
+	}
+	return cn.qp.PostSendImm(uint64(id), m.mr.Local(off, n), imm, verbs.SendSignaled|verbs.SendSolicited)
+}
+
+// resendRequests sends again the requests to rank whose connection failed
+// before their replies came (creditResend), once the pair is re-established;
+// until then, or while no slot is free, it leaves them for the next call.
+func (f *Fabric) resendRequests(rank int) {
+	mp := &f.m.peers[rank]
+	p := &f.peers[rank]
+	if !mp.resending.Load() || p.unready.Load() || !mp.resendMu.TryLock() {
+		return
+	}
+	defer mp.resendMu.Unlock()
+	mp.resending.Store(false)
+	for i := range mp.credits {
+		cr := &mp.credits[i]
+		if cr.state.Load() != creditResend {
+			continue
+		}
+		id, ok := f.tryAcquireSlot(rank, true)
+		if !ok {
+			mp.resending.Store(true)
+			return
+		}
+		f.slots[id].msg = true
+		p.qmu.RLock()
+		// Under the read lock the manager cannot retire cur: a request
+		// made busy on it is found by retireLocked if it fails later.
+		if !p.up || p.cur.faulted.Load() || p.lost.Load() != nil {
+			p.qmu.RUnlock()
+			f.releaseSlot(id)
+			mp.resending.Store(true)
+			return
+		}
+		cn := p.cur
+		cr.conn = cn
+		if !cr.state.CompareAndSwap(creditResend, slotBusy) {
+			cr.conn = nil // failed meanwhile: its rank is lost
+			p.qmu.RUnlock()
+			f.releaseSlot(id)
+			continue
+		}
+		f.posting(id, p, cn)
+		if err := f.postRequest(cn, id, i); err != nil {
+			f.unpost(id, p, cn)
+			cr.conn = nil
+			cr.state.Store(creditResend)
+			mp.resending.Store(true)
+			f.fault(cn)
+		}
+		p.qmu.RUnlock()
+	}
 }
 
 // SyncEngine orders the caller's accesses to local memory with the
@@ -797,6 +908,7 @@ func (f *Fabric) progressMsg(ctx context.Context, rank int, done func() bool) er
 			}
 			return err
 		}
+		f.resendRequests(rank)
 		if m.recvMu.TryLock() {
 			n := f.pollRecvLocked()
 			m.recvMu.Unlock()
@@ -881,6 +993,11 @@ func (f *Fabric) ProgressMessages(rank int) {
 	f.Progress()
 	if err := f.peerErr(rank); err != nil {
 		f.failCredits(rank, err)
+		return
+	}
+	if f.enter() == nil {
+		f.resendRequests(rank)
+		f.exit()
 	}
 }
 
