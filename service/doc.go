@@ -68,10 +68,11 @@
 // bitwise ops and user-defined ops compare-and-swap loops (a user-defined
 // op then runs in the client, see op.Register); every other datatype, and
 // every op when either side's device has no atomics, goes to the server's
-// engine, which applies it with package op's kernels in its control
-// goroutine. So the calls on one element with one datatype are atomic with
+// engine, which applies it in its control goroutine with the target code
+// of a group rank's engine (package fallback: its wire format, checks and
+// refusals). So the calls on one element with one datatype are atomic with
 // each other, from any client (never against the server process's own CPU
-// updates of the same words). An engine message carries up to 480 bytes
+// updates of the same words). An engine message carries up to 472 bytes
 // of origin (192 bytes of old values for the fetching forms); longer calls
 // are split, each element still updated atomically, and a client that
 // dies leaves each message applied whole or not at all. Every call returns
@@ -100,8 +101,10 @@
 // call the window's Access does not cover), win.ErrOutOfWindow, win.ErrAlignment,
 // win.ErrInvalid, win.ErrEpoch (lock misuse), op.ErrOpDatatype and
 // op.ErrOpUse (an op the call or the datatype does not allow),
-// ErrUnknownWindow, fallback.ErrUnknownOp (a user-defined op the server's
-// engine is to apply and has not registered), ErrAuth, ErrServerFull,
+// ErrUnknownWindow, the engine's refusals as package fallback reports them
+// (fallback.ErrRemoteRejected and the reason's sentinel, such as
+// fallback.ErrUnknownOp for a user-defined op the server has not
+// registered), ErrAuth, ErrServerFull,
 // ErrProtocol, ErrClosed (also for a call of another goroutine that Close
 // interrupted), and verbs.ErrPeerLost for a server that died, restarted,
 // closed or dropped the client.

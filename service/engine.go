@@ -3,6 +3,7 @@ package service
 import (
 	"time"
 
+	"github.com/onesided/rma/fallback"
 	"github.com/onesided/rma/op"
 	"github.com/onesided/rma/verbs"
 )
@@ -10,9 +11,9 @@ import (
 // The server's side of the calls that need its CPU: the accumulates the
 // NIC cannot do, and the locks. Both run in the control loop, s.mu held.
 
-// maxReply is the longest reply: msgOK with the old elements of a
-// fetching accumulate. Replies are sent inline.
-const maxReply = headerLen + maxFetchData
+// maxReply is the longest reply: msgOK with a fallback reply of the old
+// elements of a fetching accumulate. Replies are sent inline.
+const maxReply = headerLen + fallback.ReplyHeaderSize + maxFetchData
 
 // probeTag marks a probe's work request id.
 const probeTag = 1 << 31
@@ -52,45 +53,50 @@ func (s *Server) fail(c *sconn, seq uint32, reason byte, reply []byte) {
 	s.reply(c, reply[:errLen])
 }
 
-// accumulate applies a msgAcc to its window and answers it.
+// accumulate applies a msgAcc to its window and answers it: the window
+// must be one c opened, with a grant that covers the request; then the
+// server's fallback.Target checks and applies it, as a group rank's engine
+// does, and its reply (the old elements, or why it refused) follows the
+// header of msgOK. A request that cannot be decoded goes to the Target
+// too, which refuses it.
 func (s *Server) accumulate(c *sconn, msg []byte, seq uint32, reply []byte) {
-	r, ok := parseAcc(msg)
-	if !ok {
-		c.stats.EngineRejects++
-		s.fail(c, seq, errBadRequest, reply)
-		return
+	var r fallback.Request
+	var w *exposed
+	if fallback.DecodeRequest(msg[headerLen:], &r) == nil {
+		g := c.grants[r.Window]
+		if g == nil {
+			c.stats.EngineRejects++
+			s.fail(c, seq, errUnknownWin, reply)
+			return
+		}
+		w = s.byID[r.Window]
+		if g.access&needs(&r) == 0 {
+			c.stats.EngineRejects++
+			w.stats.EngineRejects++
+			s.fail(c, seq, errDenied, reply)
+			return
+		}
 	}
-	g := c.grants[r.win]
-	if g == nil {
-		c.stats.EngineRejects++
-		s.fail(c, seq, errUnknownWin, reply)
-		return
-	}
-	w := s.byID[r.win]
-	if g.access&needs(&r) == 0 {
-		c.stats.EngineRejects++
-		w.stats.EngineRejects++
-		s.fail(c, seq, errDenied, reply)
-		return
-	}
-	n, reason := engineApply(w.mem, &r, reply[headerLen:])
-	if reason != 0 {
-		c.stats.EngineRejects++
-		w.stats.EngineRejects++
-		s.fail(c, seq, reason, reply)
-		return
-	}
-	c.stats.EngineOps++
-	w.stats.EngineOps++
-	w.stats.EngineBytes += uint64(r.count) * uint64(r.dt.Size())
+	out := s.target.Handle(msg[headerLen:], reply[headerLen:headerLen:maxReply])
 	putHeader(reply, msgOK, seq)
-	s.reply(c, reply[:headerLen+n])
+	var rep fallback.Reply
+	if fallback.DecodeReply(out, &rep) != nil || rep.Status != fallback.StatusOK {
+		c.stats.EngineRejects++
+		if w != nil {
+			w.stats.EngineRejects++
+		}
+	} else {
+		c.stats.EngineOps++
+		w.stats.EngineOps++
+		w.stats.EngineBytes += uint64(r.Count) * uint64(r.Type.Size())
+	}
+	s.reply(c, reply[:headerLen+len(out)])
 }
 
 // needs returns the rights of which a grant needs one for r: a fetch of
 // NO_OP only reads.
-func needs(r *accReq) Access {
-	if r.kind == accFetch && r.op == op.NoOp {
+func needs(r *fallback.Request) Access {
+	if r.Kind == fallback.KindGetAccumulate && r.Op == op.NoOp {
 		return AccessRead | AccessAtomic
 	}
 	return AccessAtomic

@@ -4,14 +4,12 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/binary"
-	"errors"
 	"fmt"
 
-	"github.com/onesided/rma/datatype"
-	"github.com/onesided/rma/op"
+	"github.com/onesided/rma/fallback"
 )
 
-// The wire protocol, version 2. Every integer is little endian.
+// The wire protocol, version 3. Every integer is little endian.
 //
 // Connection request private data (helloLen bytes, at most
 // verbs.MaxConnectPrivateData): magic "RMAS", version, three zero bytes,
@@ -33,14 +31,14 @@ import (
 //	            flags (1: bit 0, the server's device has atomics; bits 1
 //	            to 3, the Access granted), 7 zero bytes
 //	msgOpenErr  server: reason (1 byte)
-//	msgAcc      client: window id (4), kind (1), op (1), datatype (1), zero
-//	            (1), displacement (8), count (4), zero (4), then the data:
-//	            count elements of origin (none for NO_OP), for accCAS the
-//	            compare element then the origin element (count 1)
+//	msgAcc      client: a request in package fallback's wire format (the
+//	            one a group rank's engine takes), for a window the
+//	            connection opened
 //	msgLock     client: window id (4), lock type (1), three zero bytes
 //	msgUnlock   client: window id (4), four zero bytes; also withdraws a
 //	            lock request still waiting
-//	msgOK       server: for accFetch and accCAS the old elements
+//	msgOK       server: to a msgAcc, the fallback reply (the old elements,
+//	            or why the engine refused); to the others, nothing
 //	msgErr      server: reason (1 byte)
 //
 // The rkey of msgOpenOK is a memory window bound to the client's QP: it
@@ -54,7 +52,7 @@ import (
 // that withdraws it (then both come, the grant first).
 
 const (
-	protoVersion = 2
+	protoVersion = 3
 	nonceLen     = 32
 	macLen       = sha256.Size
 	headerLen    = 8
@@ -85,13 +83,6 @@ const (
 	msgErr      = 0x86
 )
 
-// Kinds of msgAcc.
-const (
-	accPlain = 1 // Accumulate: no reply data
-	accFetch = 2 // GetAccumulate (FetchAndOp): the old elements
-	accCAS   = 3 // CompareAndSwap of one element: the old element
-)
-
 // Lock types of msgLock.
 const (
 	lockShared    = 1
@@ -100,13 +91,11 @@ const (
 
 // Reasons of msgErr: what the request did wrong, or could not have.
 const (
-	errBadRequest  = 1 // malformed
-	errUnknownWin  = 2 // no window of that id
-	errOutOfWindow = 3 // data beyond the window
-	errOpDatatype  = 4 // op, datatype or kind not allowed together
-	errUnknownOp   = 5 // a user-defined op the server has not registered
-	errLockState   = 6 // Lock while holding or waiting, Unlock while not
-	errDenied      = 7 // the window's grant to the connection does not cover it
+	errBadRequest = 1 // malformed
+	errUnknownWin = 2 // no window of that id opened by the connection
+	errLockState  = 6 // Lock while holding or waiting, Unlock while not
+	errDenied     = 7 // the window's grant to the connection does not cover it
+	// 3 to 5 were the engine's refusals, now in its fallback reply.
 )
 
 // Reject reasons.
@@ -129,14 +118,13 @@ const (
 	openErrLen = headerLen + 1
 	authMin    = headerLen + 16 + macLen // msgAuth without a name
 	authOKLen  = headerLen + macLen
-	accLen     = headerLen + 24 // msgAcc before its data
+	accLen     = headerLen + fallback.RequestHeaderSize // msgAcc before its data
 	lockLen    = headerLen + 8
 	errLen     = headerLen + 1
 
 	// maxAccData is the most data a msgAcc carries, maxFetchData the most
 	// old data a reply carries: the server sends replies inline, and every
-	// QP it accepts takes maxFetchData+headerLen inline bytes. Both are
-	// multiples of every element size (at most 32 bytes).
+	// QP it accepts takes maxReply inline bytes.
 	maxAccData   = recvSize - accLen
 	maxFetchData = 192
 )
@@ -303,108 +291,6 @@ func parseOpen(b []byte) ([]byte, bool) {
 		return nil, false
 	}
 	return b[headerLen+1:], true
-}
-
-// accReq is a decoded msgAcc.
-type accReq struct {
-	win   uint32
-	kind  uint8
-	op    op.Op
-	dt    datatype.Basic
-	disp  uint64
-	count uint32
-	data  []byte // a subslice of the message
-}
-
-// putAcc writes a msgAcc's header into b; the data follows at b[accLen:].
-func putAcc(b []byte, seq uint32, r *accReq) {
-	putHeader(b, msgAcc, seq)
-	binary.LittleEndian.PutUint32(b[8:], r.win)
-	b[12], b[13], b[14], b[15] = r.kind, byte(r.op), byte(r.dt), 0
-	binary.LittleEndian.PutUint64(b[16:], r.disp)
-	binary.LittleEndian.PutUint32(b[24:], r.count)
-	binary.LittleEndian.PutUint32(b[28:], 0)
-}
-
-// parseAcc decodes a msgAcc and checks that its parts agree: a known
-// kind and datatype, a count of at least one element, and exactly the data
-// the kind needs. It does not check the op against the datatype, nor the
-// window (see engineApply).
-func parseAcc(b []byte) (accReq, bool) {
-	if len(b) < accLen || b[0] != msgAcc || b[15] != 0 || binary.LittleEndian.Uint32(b[28:]) != 0 {
-		return accReq{}, false
-	}
-	r := accReq{win: binary.LittleEndian.Uint32(b[8:]), kind: b[12], op: op.Op(b[13]), dt: datatype.Basic(b[14]),
-		disp: binary.LittleEndian.Uint64(b[16:]), count: binary.LittleEndian.Uint32(b[24:]), data: b[accLen:]}
-	if !r.dt.Valid() || r.count == 0 || uint64(r.count) > maxAccData {
-		return accReq{}, false
-	}
-	n := uint64(r.count) * uint64(r.dt.Size())
-	switch r.kind {
-	case accPlain, accFetch:
-		if r.op == op.NoOp && r.kind == accFetch {
-			if len(r.data) != 0 || n > maxFetchData {
-				return accReq{}, false
-			}
-			return r, true
-		}
-		if uint64(len(r.data)) != n || (r.kind == accFetch && n > maxFetchData) {
-			return accReq{}, false
-		}
-	case accCAS:
-		if r.count != 1 || r.op != 0 || uint64(len(r.data)) != 2*n {
-			return accReq{}, false
-		}
-	default:
-		return accReq{}, false
-	}
-	return r, true
-}
-
-// engineApply carries out r on mem, the window, writing the old elements
-// of the fetching kinds into result (at least maxFetchData bytes); it
-// returns their length, or an errBadRequest... reason. Everything is
-// checked before mem is touched, so a refused request changes nothing.
-func engineApply(mem []byte, r *accReq, result []byte) (int, byte) {
-	es := r.dt.Size()
-	n := int(r.count) * es
-	if r.disp > uint64(len(mem)) || uint64(n) > uint64(len(mem))-r.disp {
-		return 0, errOutOfWindow
-	}
-	t := mem[r.disp : r.disp+uint64(n)]
-	switch r.kind {
-	case accCAS:
-		if op.CheckCompareAndSwap(r.dt) != nil {
-			return 0, errOpDatatype
-		}
-		if _, err := op.CompareAndSwap(r.dt, t, r.data[:es], r.data[es:], result[:es]); err != nil {
-			return 0, errOpDatatype
-		}
-		return es, 0
-	case accPlain, accFetch:
-		use := op.Accumulate
-		if r.kind == accFetch {
-			use = op.GetAccumulate
-		}
-		if err := op.Check(r.op, r.dt, use); err != nil {
-			if r.op.IsUser() && errors.Is(err, op.ErrInvalid) {
-				return 0, errUnknownOp
-			}
-			return 0, errOpDatatype
-		}
-		var err error
-		if r.kind == accFetch {
-			err = op.ApplyFetch(r.op, r.dt, t, r.data, result[:n])
-		} else {
-			err = op.Apply(r.op, r.dt, t, r.data)
-			n = 0
-		}
-		if err != nil {
-			return 0, errOpDatatype
-		}
-		return n, 0
-	}
-	return 0, errBadRequest
 }
 
 // putLock writes a msgLock or msgUnlock into b; it returns its length.

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/onesided/rma/datatype"
+	"github.com/onesided/rma/fallback"
 	"github.com/onesided/rma/op"
 	"github.com/onesided/rma/verbs"
 )
@@ -168,93 +169,33 @@ func TestConfig(t *testing.T) {
 	}
 }
 
-// accMsg builds a msgAcc with data.
-func accMsg(r accReq, data ...[]byte) []byte {
-	b := make([]byte, accLen, recvSize)
-	putAcc(b, 5, &r)
-	for _, d := range data {
-		b = append(b, d...)
-	}
-	return b
-}
-
-func f64s(v ...float64) []byte { return datatype.AsBytes(v) }
-
-func TestEngineApply(t *testing.T) {
-	mem := make([]byte, 64)
-	copy(mem[8:], f64s(1.5, 2.5))
-	var res [maxFetchData]byte
-
-	// GetAccumulate SUM on two float64 at 8.
-	m := accMsg(accReq{win: 3, kind: accFetch, op: op.Sum, dt: datatype.Float64, disp: 8, count: 2}, f64s(10, 20))
-	r, ok := parseAcc(m)
-	if !ok || r.win != 3 || r.count != 2 || r.disp != 8 {
-		t.Fatalf("parseAcc: %+v %v", r, ok)
-	}
-	n, reason := engineApply(mem, &r, res[:])
-	if reason != 0 || n != 16 || !bytes.Equal(res[:16], f64s(1.5, 2.5)) || !bytes.Equal(mem[8:24], f64s(11.5, 22.5)) {
-		t.Fatalf("GetAccumulate SUM: n=%d reason=%d old=%v window=%v", n, reason, res[:16], mem[8:24])
-	}
-	// NO_OP reads without data.
-	r, ok = parseAcc(accMsg(accReq{kind: accFetch, op: op.NoOp, dt: datatype.Float64, disp: 8, count: 1}))
-	if n, reason = engineApply(mem, &r, res[:]); !ok || reason != 0 || n != 8 || !bytes.Equal(res[:8], f64s(11.5)) {
-		t.Fatalf("NO_OP: ok=%v n=%d reason=%d", ok, n, reason)
-	}
-	// Compare-and-swap on an int32: a match swaps, a mismatch does not.
-	i32 := func(v int32) []byte { return datatype.AsBytes([]int32{v}) }
-	copy(mem[40:], i32(7))
-	r, ok = parseAcc(accMsg(accReq{kind: accCAS, dt: datatype.Int32, disp: 40, count: 1}, i32(7), i32(9)))
-	if n, reason = engineApply(mem, &r, res[:]); !ok || reason != 0 || n != 4 || !bytes.Equal(res[:4], i32(7)) || !bytes.Equal(mem[40:44], i32(9)) {
-		t.Fatalf("CAS match: ok=%v n=%d reason=%d old=%v now=%v", ok, n, reason, res[:4], mem[40:44])
-	}
-	r, _ = parseAcc(accMsg(accReq{kind: accCAS, dt: datatype.Int32, disp: 40, count: 1}, i32(7), i32(1)))
-	if _, reason = engineApply(mem, &r, res[:]); reason != 0 || !bytes.Equal(mem[40:44], i32(9)) {
-		t.Fatalf("CAS mismatch: reason=%d now=%v", reason, mem[40:44])
-	}
-	// Refusals leave the window as it was.
-	before := bytes.Clone(mem)
-	for _, tc := range []struct {
-		name string
-		r    accReq
-		data []byte
-		want byte
-	}{
-		{"beyond the end", accReq{kind: accPlain, op: op.Sum, dt: datatype.Float64, disp: 64, count: 1}, f64s(1), errOutOfWindow},
-		{"straddling the end", accReq{kind: accPlain, op: op.Sum, dt: datatype.Float64, disp: 60, count: 1}, f64s(1), errOutOfWindow},
-		{"huge displacement", accReq{kind: accPlain, op: op.Sum, dt: datatype.Float64, disp: ^uint64(0) - 3, count: 1}, f64s(1), errOutOfWindow},
-		{"BAND on float64", accReq{kind: accPlain, op: op.Band, dt: datatype.Float64, count: 1}, f64s(1), errOpDatatype},
-		{"CAS on float64", accReq{kind: accCAS, dt: datatype.Float64, count: 1}, f64s(1, 2), errOpDatatype},
-		{"an op nobody registered", accReq{kind: accPlain, op: op.FirstUser + 100, dt: datatype.Float64, count: 1}, f64s(1), errUnknownOp},
-	} {
-		r, ok := parseAcc(accMsg(tc.r, tc.data))
-		if !ok {
-			t.Errorf("%s: not parsed", tc.name)
-			continue
+// TestAccSizes checks the budget of the accumulate messages: a msgAcc of
+// maxAccData bytes fits a receive buffer, and every reply the engine can
+// give (the old values of maxFetchData bytes, a refusal with the longest
+// reason, cut to the buffer) fits maxReply, which the server sends inline.
+func TestAccSizes(t *testing.T) {
+	for _, dt := range []datatype.Basic{datatype.Int8, datatype.Float64, datatype.Complex128} {
+		n := maxAccData / dt.Size()
+		req := fallback.Request{Kind: fallback.KindAccumulate, Op: op.Sum, Window: 1, Tag: 2, Type: dt.Type(), Count: n, Data: make([]byte, n*dt.Size())}
+		msg, err := fallback.AppendRequest(make([]byte, headerLen, recvSize), &req)
+		if err != nil || len(msg) > recvSize || cap(msg) != recvSize {
+			t.Errorf("%v: msgAcc of %d elements: %d bytes (buffers %d), %v", dt, n, len(msg), recvSize, err)
 		}
-		if _, reason := engineApply(mem, &r, res[:]); reason != tc.want {
-			t.Errorf("%s: reason %d, want %d", tc.name, reason, tc.want)
-		}
-		if !bytes.Equal(mem, before) {
-			t.Fatalf("%s: the window changed", tc.name)
+		n = maxFetchData / dt.Size()
+		req.Kind, req.Count, req.Data = fallback.KindGetAccumulate, n, req.Data[:n*dt.Size()]
+		if l := headerLen + req.ReplyLen(); l > maxReply {
+			t.Errorf("%v: the reply to a fetch of %d elements is %d bytes, more than %d", dt, n, l, maxReply)
 		}
 	}
-	// Malformed messages are not parsed.
-	for _, tc := range []struct {
-		name string
-		m    []byte
-	}{
-		{"short", accMsg(accReq{kind: accPlain, op: op.Sum, dt: datatype.Float64, count: 1})[:accLen-1]},
-		{"data missing", accMsg(accReq{kind: accPlain, op: op.Sum, dt: datatype.Float64, count: 2}, f64s(1))},
-		{"data beyond count", accMsg(accReq{kind: accPlain, op: op.Sum, dt: datatype.Float64, count: 1}, f64s(1, 2))},
-		{"zero count", accMsg(accReq{kind: accPlain, op: op.Sum, dt: datatype.Float64})},
-		{"bad kind", accMsg(accReq{kind: 9, op: op.Sum, dt: datatype.Float64, count: 1}, f64s(1))},
-		{"bad datatype", accMsg(accReq{kind: accPlain, op: op.Sum, dt: 0, count: 1}, f64s(1))},
-		{"CAS of two", accMsg(accReq{kind: accCAS, dt: datatype.Int32, count: 2}, i32(1), i32(2), i32(3), i32(4))},
-		{"fetch too long", accMsg(accReq{kind: accFetch, op: op.Sum, dt: datatype.Float64, count: maxFetchData/8 + 1}, make([]byte, maxFetchData+8))},
-	} {
-		if r, ok := parseAcc(tc.m); ok {
-			t.Errorf("%s: parsed as %+v", tc.name, r)
-		}
+	// A refusal with a reason longer than the buffer is cut to it.
+	tg := fallback.NewTarget()
+	req := fallback.Request{Kind: fallback.KindAccumulate, Op: op.FirstUser + 100, Window: 9, Type: datatype.Float64.Type(), Count: 1, Data: make([]byte, 8)}
+	msg, _ := fallback.AppendRequest(nil, &req)
+	var reply [maxReply]byte
+	out := tg.Handle(msg, reply[headerLen:headerLen:maxReply])
+	var r fallback.Reply
+	if err := fallback.DecodeReply(out, &r); err != nil || r.Err() == nil || headerLen+len(out) > maxReply {
+		t.Errorf("refusal: %d bytes, %v, %v", len(out), err, r.Err())
 	}
 }
 
@@ -278,56 +219,4 @@ func TestLockMessages(t *testing.T) {
 			t.Errorf("%x parsed", bad)
 		}
 	}
-}
-
-// FuzzEngine feeds arbitrary messages to the engine's decoder and applier
-// on a small window: nothing may panic, a refused request must leave the
-// window unchanged, and an accepted one must agree with op's kernels
-// applied directly.
-func FuzzEngine(f *testing.F) {
-	f.Add(accMsg(accReq{kind: accFetch, op: op.Sum, dt: datatype.Float64, disp: 8, count: 2}, f64s(1, 2)))
-	f.Add(accMsg(accReq{kind: accPlain, op: op.Max, dt: datatype.Int32, disp: 4, count: 1}, []byte{1, 2, 3, 4}))
-	f.Add(accMsg(accReq{kind: accCAS, dt: datatype.Uint16, disp: 2, count: 1}, []byte{0, 0, 1, 1}))
-	f.Add(accMsg(accReq{kind: accFetch, op: op.NoOp, dt: datatype.Int8, disp: 0, count: 3}))
-	f.Fuzz(func(t *testing.T, m []byte) {
-		mem := make([]byte, 128)
-		for i := range mem {
-			mem[i] = byte(i * 7)
-		}
-		before := bytes.Clone(mem)
-		var res [maxFetchData]byte
-		r, ok := parseAcc(m)
-		if !ok {
-			return
-		}
-		n, reason := engineApply(mem, &r, res[:])
-		if reason != 0 {
-			if !bytes.Equal(mem, before) {
-				t.Fatalf("refused %+v (reason %d) but the window changed", r, reason)
-			}
-			return
-		}
-		size := int(r.count) * r.dt.Size()
-		want := bytes.Clone(before)
-		tgt := want[r.disp : r.disp+uint64(size)]
-		switch r.kind {
-		case accCAS:
-			if string(tgt) == string(r.data[:size]) {
-				copy(tgt, r.data[size:])
-			}
-		default:
-			if err := op.Apply(r.op, r.dt, tgt, r.data); err != nil {
-				t.Fatalf("%+v accepted by the engine, refused by op.Apply: %v", r, err)
-			}
-		}
-		if !bytes.Equal(mem, want) {
-			t.Fatalf("%+v: window %x, want %x", r, mem, want)
-		}
-		if r.kind != accPlain && (n != size || !bytes.Equal(res[:n], before[r.disp:r.disp+uint64(size)])) {
-			t.Fatalf("%+v: old data %x (%d bytes), want %x", r, res[:n], n, before[r.disp:r.disp+uint64(size)])
-		}
-		if r.kind == accPlain && n != 0 {
-			t.Fatalf("%+v: accumulate returned %d bytes", r, n)
-		}
-	})
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/onesided/rma/atomics"
 	"github.com/onesided/rma/datatype"
+	"github.com/onesided/rma/fallback"
 	"github.com/onesided/rma/op"
 	"github.com/onesided/rma/win"
 )
@@ -83,7 +84,7 @@ func (c *Client) finishPending(ctx context.Context) error {
 		}
 	case reqEngine:
 		if err = c.wait(ctx, r.wr, r.seq); err == nil {
-			err = r.w.accReply(r.dt, r.o, r.dst)
+			err = r.w.accReply(r.dst)
 		}
 	}
 	if err != nil && ctx.Err() != nil && c.err == nil {
@@ -238,7 +239,7 @@ func (w *Window) RAccumulate(ctx context.Context, origin []byte, dt datatype.Bas
 	if route == atomics.NICCompareSwapLoop {
 		return completed(w.nic(ctx, route, o, dt, origin, nil, disp))
 	}
-	return w.startAcc(ctx, route, accPlain, o, dt, disp, origin, nil)
+	return w.startAcc(ctx, route, fallback.KindAccumulate, o, dt, disp, origin, nil)
 }
 
 // RGetAccumulate is the request-based GetAccumulate
@@ -281,14 +282,14 @@ func (w *Window) RGetAccumulate(ctx context.Context, origin, result []byte, dt d
 	if o == op.NoOp && route == atomics.Engine {
 		origin = nil // MPI ignores the origin of NO_OP; the message carries none
 	}
-	return w.startAcc(ctx, route, accFetch, o, dt, disp, origin, result)
+	return w.startAcc(ctx, route, fallback.KindGetAccumulate, o, dt, disp, origin, result)
 }
 
 // startAcc carries out all but the last piece of an accumulate (result
 // nil) or get-accumulate on route, and starts the last: a NIC atomic for
 // the last element, or the last engine message. c.mu is held and begin
 // has succeeded; the operation is not empty.
-func (w *Window) startAcc(ctx context.Context, route atomics.Route, kind uint8, o op.Op, dt datatype.Basic, disp int, origin, result []byte) (*Request, error) {
+func (w *Window) startAcc(ctx context.Context, route atomics.Route, kind fallback.Kind, o op.Op, dt datatype.Basic, disp int, origin, result []byte) (*Request, error) {
 	c := w.c
 	n := len(origin)
 	if result != nil {
@@ -313,7 +314,7 @@ func (w *Window) startAcc(ctx context.Context, route atomics.Route, kind uint8, 
 		var err error
 		if route == atomics.Engine {
 			for off := 0; off < last && err == nil; off += piece {
-				err = w.engine(ctx, kind, o, dt, disp+off, slice(origin, off, off+piece), nil, slice(result, off, off+piece))
+				err = w.engine(ctx, kind, o, dt, disp+off, slice(origin, off, off+piece), slice(result, off, off+piece))
 			}
 		} else {
 			err = w.nic(ctx, route, o, dt, slice(origin, 0, last), slice(result, 0, last), disp)
@@ -324,7 +325,7 @@ func (w *Window) startAcc(ctx context.Context, route atomics.Route, kind uint8, 
 	}
 	data, res := slice(origin, last, n), slice(result, last, n)
 	if route == atomics.Engine {
-		if err := w.sendAcc(kind, o, dt, disp+last, (n-last)/dt.Size(), data, nil); err != nil {
+		if err := w.sendAcc(kind, o, dt, disp+last, data, res); err != nil {
 			return nil, err
 		}
 		return c.start(&Request{w: w, kind: reqEngine, wr: c.posted, seq: c.seq, dst: res, dt: dt, o: o}), nil

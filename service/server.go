@@ -13,6 +13,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/onesided/rma/fallback"
 	"github.com/onesided/rma/internal/procs"
 	"github.com/onesided/rma/verbs"
 	"github.com/onesided/rma/win"
@@ -48,6 +49,7 @@ type Server struct {
 	closed  bool
 	windows map[string]*exposed
 	byID    []*exposed        // windows[name].id indexes it
+	target  *fallback.Target  // applies the accumulates to the windows (engine.go)
 	conns   map[uint32]*sconn // by QP number
 	unauth  []*sconn          // connections not authenticated yet, oldest first (MaxPending)
 	secrets []secret          // accepted, the current one first
@@ -146,7 +148,7 @@ func Listen(ctx context.Context, addr string, cfg ServerConfig) (s *Server, err 
 	if ap.Addr().IsUnspecified() {
 		return nil, fmt.Errorf("%w: listen on a specific address, not %v", verbs.ErrInvalid, ap.Addr())
 	}
-	s = &Server{cfg: cfg, kick: make(chan struct{}, 1), windows: map[string]*exposed{}, conns: map[uint32]*sconn{},
+	s = &Server{cfg: cfg, kick: make(chan struct{}, 1), windows: map[string]*exposed{}, conns: map[uint32]*sconn{}, target: fallback.NewTarget(),
 		secrets: []secret{{key: cfg.Secret, gen: 1}}}
 	made := s
 	defer func() {
@@ -270,6 +272,10 @@ func (s *Server) Expose(name string, mem []byte) error {
 		return err
 	}
 	w := &exposed{name: name, id: uint32(len(s.byID)), mem: mem, mr: mr}
+	if err := s.target.AddWindow(w.id, mem); err != nil {
+		mr.Close()
+		return err
+	}
 	s.windows[name] = w
 	s.byID = append(s.byID, w)
 	return nil

@@ -181,7 +181,7 @@ func (w *Window) CompareAndSwapBytes(ctx context.Context, origin, compare, resul
 // same datatype, from any client. 64-bit integers go to the NIC, one
 // element at a time (disp 8-byte aligned), a user-defined op then running
 // in the client (see op.Register); the rest is applied by the server's
-// engine, up to 480 bytes per message, and a user-defined op the engine
+// engine, up to 472 bytes per message, and a user-defined op the engine
 // applies must be registered in the server too (in the same order, so
 // that it has the same value; otherwise the call fails with
 // fallback.ErrUnknownOp). A zero-length origin does nothing.
@@ -213,7 +213,7 @@ func (w *Window) Accumulate(ctx context.Context, origin []byte, dt datatype.Basi
 	}
 	for p := maxAccData / es * es; len(origin) > 0; {
 		n := min(p, len(origin))
-		if err := w.engine(ctx, accPlain, o, dt, disp, origin[:n], nil, nil); err != nil {
+		if err := w.engine(ctx, fallback.KindAccumulate, o, dt, disp, origin[:n], nil); err != nil {
 			return err
 		}
 		origin, disp = origin[n:], disp+n
@@ -274,7 +274,7 @@ func (w *Window) getAccumulate(ctx context.Context, origin, result []byte, dt da
 		if origin != nil {
 			data, origin = origin[:n], origin[n:]
 		}
-		if err := w.engine(ctx, accFetch, o, dt, disp, data, nil, result[:n]); err != nil {
+		if err := w.engine(ctx, fallback.KindGetAccumulate, o, dt, disp, data, result[:n]); err != nil {
 			return err
 		}
 		result, disp = result[n:], disp+n
@@ -308,7 +308,8 @@ func (w *Window) compareAndSwap(ctx context.Context, origin, compare, result []b
 		return err
 	}
 	if route == atomics.Engine {
-		return w.engine(ctx, accCAS, 0, dt, disp, compare, origin, result)
+		data := append(append(c.cas[:0], compare...), origin...)
+		return w.engine(ctx, fallback.KindCompareAndSwap, 0, dt, disp, data, result)
 	}
 	old, err := c.compareSwap(ctx, w.addr+uint64(disp), w.rkey,
 		binary.NativeEndian.Uint64(compare), binary.NativeEndian.Uint64(origin))
@@ -385,59 +386,74 @@ func (c *Client) casLoop(ctx context.Context, addr uint64, rkey uint32, o op.Op,
 }
 
 // engine sends one accumulate message to the server's engine and waits
-// for its reply: data is the origin (or, for accCAS, the compare element,
-// data2 the origin), result receives the old elements of the fetching
-// kinds. c.mu is held and begin has succeeded.
-func (w *Window) engine(ctx context.Context, kind uint8, o op.Op, dt datatype.Basic, disp int, data, data2, result []byte) error {
+// for its reply: data is the origin (for KindCompareAndSwap, the compare
+// element then the origin), result receives the old elements of the
+// fetching kinds. c.mu is held and begin has succeeded.
+func (w *Window) engine(ctx context.Context, kind fallback.Kind, o op.Op, dt datatype.Basic, disp int, data, result []byte) error {
 	c := w.c
-	count := len(data) / dt.Size()
-	if result != nil && kind != accCAS {
-		count = len(result) / dt.Size()
-	}
-	if err := w.sendAcc(kind, o, dt, disp, count, data, data2); err != nil {
+	if err := w.sendAcc(kind, o, dt, disp, data, result); err != nil {
 		return err
 	}
 	if err := c.wait(ctx, c.posted, c.seq); err != nil {
 		return err
 	}
-	return w.accReply(dt, o, result)
+	return w.accReply(result)
 }
 
-// sendAcc posts one accumulate message of count elements (see engine);
-// its reply carries c.seq. c.mu is held and begin has succeeded.
-func (w *Window) sendAcc(kind uint8, o op.Op, dt datatype.Basic, disp, count int, data, data2 []byte) error {
+// sendAcc posts one accumulate message (see engine), in package
+// fallback's wire format; its reply carries c.seq. c.mu is held and begin
+// has succeeded.
+func (w *Window) sendAcc(kind fallback.Kind, o op.Op, dt datatype.Basic, disp int, data, result []byte) error {
 	c := w.c
+	count := len(data) / dt.Size()
+	if kind == fallback.KindCompareAndSwap {
+		count = 1
+	} else if result != nil {
+		count = len(result) / dt.Size()
+	}
 	c.seq++
-	b := c.buf[sendOff:]
-	putAcc(b, c.seq, &accReq{win: w.id, kind: kind, op: o, dt: dt, disp: uint64(disp), count: uint32(count)})
-	n := accLen + copy(b[accLen:], data)
-	n += copy(b[n:], data2)
-	return c.send(n)
+	b := c.buf[sendOff : sendOff+recvSize]
+	putHeader(b, msgAcc, c.seq)
+	req := fallback.Request{Kind: kind, Op: o, Window: w.id, Tag: c.seq, Disp: int64(disp), Type: dt.Type(), Count: count, Data: data}
+	msg, err := fallback.AppendRequest(b[:headerLen], &req)
+	if err != nil {
+		return err
+	}
+	return c.send(len(msg))
 }
 
 // accReply takes the reply to an accumulate message, in c.reply: the old
 // elements go to result (nil: none expected). c.mu is held.
-func (w *Window) accReply(dt datatype.Basic, o op.Op, result []byte) error {
+func (w *Window) accReply(result []byte) error {
 	c := w.c
 	switch c.reply[0] {
 	case msgOK:
-		if c.replyLen != headerLen+len(result) {
-			c.fail(fmt.Errorf("%w: a reply of %d bytes to an accumulate of %d", ErrProtocol, c.replyLen, len(result)))
+		var r fallback.Reply
+		if err := fallback.DecodeReply(c.reply[headerLen:c.replyLen], &r); err != nil {
+			c.fail(fmt.Errorf("%w: the reply to an accumulate: %w", ErrProtocol, err))
 			return c.err
 		}
-		copy(result, c.reply[headerLen:c.replyLen])
+		if err := r.Err(); err != nil {
+			c.stats.engineRejects.Add(1)
+			return err
+		}
+		if len(r.Data) != len(result) {
+			c.fail(fmt.Errorf("%w: a reply of %d bytes of old values to an accumulate of %d", ErrProtocol, len(r.Data), len(result)))
+			return c.err
+		}
+		copy(result, r.Data)
 		c.stats.engineOps.Add(1)
 		return nil
 	case msgErr:
 		c.stats.engineRejects.Add(1)
-		return c.refused(dt, o)
+		return c.refused()
 	}
 	c.fail(fmt.Errorf("%w: reply %#x to an accumulate", ErrProtocol, c.reply[0]))
 	return c.err
 }
 
 // refused turns the msgErr in c.reply into an error; c.mu is held.
-func (c *Client) refused(dt datatype.Basic, o op.Op) error {
+func (c *Client) refused() error {
 	reason := byte(0)
 	if c.replyLen == errLen {
 		reason = c.reply[headerLen]
@@ -445,12 +461,6 @@ func (c *Client) refused(dt datatype.Basic, o op.Op) error {
 	switch reason {
 	case errUnknownWin:
 		return fmt.Errorf("%w: the server no longer has the window", ErrUnknownWindow)
-	case errOutOfWindow:
-		return fmt.Errorf("%w: refused by the server", win.ErrOutOfWindow)
-	case errOpDatatype:
-		return fmt.Errorf("%w: the server refused %v on %v", op.ErrOpDatatype, o, dt)
-	case errUnknownOp:
-		return fmt.Errorf("%w: the server has not registered op %v", fallback.ErrUnknownOp, o)
 	case errLockState:
 		return fmt.Errorf("%w: the server's lock state disagrees", win.ErrEpoch)
 	case errDenied:
@@ -582,7 +592,7 @@ func (w *Window) lockLocked(ctx context.Context, code byte, all bool) error {
 		return nil
 	case msgErr:
 		c.replyLen, c.reply[headerLen] = errLen, lw.reason
-		return c.refused(0, 0)
+		return c.refused()
 	}
 	c.fail(fmt.Errorf("%w: reply %#x to a lock", ErrProtocol, lw.reply))
 	return c.err
@@ -740,7 +750,7 @@ func (w *Window) unlockLocked(ctx context.Context, all bool) error {
 		return err
 	}
 	if c.reply[0] != msgOK {
-		return c.refused(0, 0)
+		return c.refused()
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/onesided/rma/datatype"
+	"github.com/onesided/rma/fallback"
 	"github.com/onesided/rma/op"
 	"github.com/onesided/rma/service"
 	"github.com/onesided/rma/verbs"
@@ -305,18 +306,20 @@ func svcGrants(ctx context.Context, addr string) error {
 // refused with reason 7 (denied), and one on a window its connection has
 // not opened (the counter, id 2) with reason 2 (unknown window).
 func svcWireEngine(ctx context.Context, w *svcWire, alpha uint32) error {
-	acc := binary.LittleEndian.AppendUint32(nil, alpha)
-	acc = append(acc, 1, byte(op.Sum), byte(datatype.Float64), 0)
-	acc = binary.LittleEndian.AppendUint64(acc, 16)
-	acc = binary.LittleEndian.AppendUint32(acc, 1)
-	acc = binary.LittleEndian.AppendUint32(acc, 0)
-	acc = append(acc, datatype.AsBytes([]float64{1})...)
+	req := fallback.Request{Kind: fallback.KindAccumulate, Op: op.Sum, Window: alpha, Disp: 16, Type: datatype.Float64.Type(), Count: 1, Data: datatype.AsBytes([]float64{1})}
+	acc, err := fallback.AppendRequest(nil, &req)
+	if err != nil {
+		return err
+	}
 	r, err := w.call(ctx, 3, acc)
 	fmt.Printf("the wire reader's engine accumulate: reply % x, %v\n", r, err)
 	if err != nil || r[0] != 0x86 || len(r) != 9 || r[8] != 7 {
 		return fmt.Errorf("the wire reader's engine accumulate: reply % x, %v; want an error reply of reason 7 (denied)", r, err)
 	}
-	binary.LittleEndian.PutUint32(acc, 2)
+	req.Window = 2
+	if acc, err = fallback.AppendRequest(nil, &req); err != nil {
+		return err
+	}
 	r, err = w.call(ctx, 3, acc)
 	if err != nil || r[0] != 0x86 || len(r) != 9 || r[8] != 2 {
 		return fmt.Errorf("an accumulate on a window not opened: reply % x, %v; want an error reply of reason 2 (unknown window)", r, err)

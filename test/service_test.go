@@ -624,12 +624,12 @@ func svcRaw(ctx context.Context, addr string, msgs [][]byte) (got [][]byte, disc
 			return nil, 0, err
 		}
 	}
-	hello := append([]byte("RMAS\x02\x00\x00\x00"), make([]byte, 32)...)
+	hello := append([]byte("RMAS\x03\x00\x00\x00"), make([]byte, 32)...)
 	ev, err := id.Connect(ctx, verbs.ConnParam{PrivateData: hello})
 	if err != nil {
 		return nil, 0, err
 	}
-	if len(ev.PrivateData) < 40 || string(ev.PrivateData[:5]) != "RMAS\x02" {
+	if len(ev.PrivateData) < 40 || string(ev.PrivateData[:5]) != "RMAS\x03" {
 		return nil, 0, fmt.Errorf("accept private data %q", ev.PrivateData)
 	}
 	start := time.Now()
@@ -1154,7 +1154,7 @@ func svcFrozen(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	if ev.Type != verbs.CMConnectRequest || len(ev.PrivateData) < 40 || string(ev.PrivateData[:5]) != "RMAS\x02" {
+	if ev.Type != verbs.CMConnectRequest || len(ev.PrivateData) < 40 || string(ev.PrivateData[:5]) != "RMAS\x03" {
 		return fmt.Errorf("event %v with private data %q, want a connection request of the protocol", ev.Type, ev.PrivateData)
 	}
 	id := ev.ID
@@ -1171,7 +1171,7 @@ func svcFrozen(ctx context.Context) (err error) {
 			return err
 		}
 	}
-	if _, err := id.Accept(ctx, verbs.ConnParam{PrivateData: append([]byte("RMAS\x02\x00\x00\x00"), sNonce...)}); err != nil {
+	if _, err := id.Accept(ctx, verbs.ConnParam{PrivateData: append([]byte("RMAS\x03\x00\x00\x00"), sNonce...)}); err != nil {
 		return err
 	}
 	recv := func() ([]byte, error) {

@@ -16,7 +16,7 @@ import (
 	"github.com/onesided/rma/verbs"
 )
 
-// svcWire is a client of the service's wire protocol (version 2, see
+// svcWire is a client of the service's wire protocol (version 3, see
 // service/proto.go) on raw verbs, as an attacker or a client of another
 // implementation would write it: it connects, and may prove a secret,
 // open windows, send messages and post RDMA operations with any address
@@ -59,11 +59,11 @@ func dialWire(ctx context.Context, addr string) (w *svcWire, err error) {
 	}
 	w.cNonce = make([]byte, 32)
 	rand.Read(w.cNonce)
-	ev, err := w.id.Connect(ctx, verbs.ConnParam{PrivateData: append([]byte("RMAS\x02\x00\x00\x00"), w.cNonce...)})
+	ev, err := w.id.Connect(ctx, verbs.ConnParam{PrivateData: append([]byte("RMAS\x03\x00\x00\x00"), w.cNonce...)})
 	if err != nil {
 		return nil, err
 	}
-	if len(ev.PrivateData) < 40 || string(ev.PrivateData[:5]) != "RMAS\x02" {
+	if len(ev.PrivateData) < 40 || string(ev.PrivateData[:5]) != "RMAS\x03" {
 		return nil, fmt.Errorf("accept private data %q", ev.PrivateData)
 	}
 	w.sNonce = bytes.Clone(ev.PrivateData[8:40])
