@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/onesided/rma/group"
+	"github.com/onesided/rma/internal/errs"
 	"github.com/onesided/rma/internal/fabric"
 	"github.com/onesided/rma/win"
 )
@@ -19,7 +20,7 @@ import (
 // (verbs.ErrPeerLost, ...), and the context's error pass through wrapped.
 var (
 	// ErrInvalid: a bad argument (buffer lengths, counts, root, options).
-	ErrInvalid = errors.New("coll: invalid argument")
+	ErrInvalid = errs.Refine("coll: invalid argument", errs.ErrInvalid)
 	// ErrMismatch: the ranks do not call the same collective with the
 	// same sizes (or root): detected from the header of a message.
 	ErrMismatch = errors.New("coll: ranks disagree on the collective")

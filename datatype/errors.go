@@ -3,6 +3,8 @@ package datatype
 import (
 	"errors"
 	"fmt"
+
+	"github.com/onesided/rma/internal/errs"
 )
 
 // Sentinel errors. Every error returned by this package wraps exactly one of
@@ -11,7 +13,7 @@ var (
 	// ErrInvalid reports an invalid argument: an invalid Basic or Type, a
 	// negative count, mismatched slice lengths, an out-of-range subarray, an
 	// extent or element count that overflows, or a malformed encoding.
-	ErrInvalid = errors.New("datatype: invalid argument")
+	ErrInvalid = errs.Refine("datatype: invalid argument", errs.ErrInvalid)
 	// ErrOutOfRange reports that the elements of a datatype do not lie inside
 	// a buffer (for example a window).
 	ErrOutOfRange = errors.New("datatype: out of range")

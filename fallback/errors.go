@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/onesided/rma/datatype"
+	"github.com/onesided/rma/internal/errs"
 	"github.com/onesided/rma/op"
 )
 
@@ -22,7 +23,7 @@ var (
 	ErrVersion = errors.New("fallback: unsupported protocol version or byte order")
 	// ErrUnknownWindow: the target has no window with that id
 	// (StatusUnknownWindow).
-	ErrUnknownWindow = errors.New("fallback: unknown window")
+	ErrUnknownWindow = errs.Refine("fallback: unknown window", errs.ErrUnknownWindow)
 	// ErrWindowExists: AddWindow of an id already exposed.
 	ErrWindowExists = errors.New("fallback: window id already exposed")
 	// ErrUnknownOp: the op is neither predefined nor registered at the target
@@ -35,7 +36,7 @@ var (
 	ErrBadLayout = errors.New("fallback: bad target datatype")
 	// ErrOutOfWindow: the target region does not lie inside the window
 	// (StatusOutOfWindow; also wraps datatype.ErrOutOfRange).
-	ErrOutOfWindow = errors.New("fallback: target region outside the window")
+	ErrOutOfWindow = errs.Refine("fallback: target region outside the window", errs.ErrOutOfWindow)
 	// ErrLength: the data does not hold as many elements as the count and
 	// datatype say (StatusLength).
 	ErrLength = errors.New("fallback: data length mismatch")

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/onesided/rma/datatype"
+	"github.com/onesided/rma/internal/errs"
 )
 
 // Op is a reduction or accumulate operation. The zero value is invalid.
@@ -144,7 +145,7 @@ var (
 	// ErrInvalid: an invalid op, datatype or use value (including a
 	// user-defined op value that is not defined in this process), a bad
 	// argument, or a user-defined op's function that panicked.
-	ErrInvalid = errors.New("op: invalid argument")
+	ErrInvalid = errs.Refine("op: invalid argument", errs.ErrInvalid)
 )
 
 // Error describes why an op cannot be applied. Fields that do not apply are

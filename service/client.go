@@ -60,8 +60,8 @@ type Client struct {
 	replyLen int
 	reply    [recvSize]byte
 	wcs      [8]verbs.WC
-	a, b, r  [8]byte // FetchAndOp's and CompareAndSwap's operands and result
-	t, s     [8]byte // the compare-and-swap loops' operands
+	a, b, r  [8]byte  // FetchAndOp's and CompareAndSwap's operands and result
+	t, s     [8]byte  // the compare-and-swap loops' operands
 	cas      [64]byte // an engine compare-and-swap: compare, then origin
 }
 

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/onesided/rma/internal/errs"
 	"github.com/onesided/rma/verbs"
 )
 
@@ -21,8 +22,9 @@ var (
 	ErrAuth = errors.New("service: authentication failed")
 	// ErrServerFull: the server has ServerConfig.MaxConns connections.
 	ErrServerFull = errors.New("service: server has as many connections as it takes")
-	// ErrUnknownWindow: the server exposes no window of that name.
-	ErrUnknownWindow = errors.New("service: no window of that name")
+	// ErrUnknownWindow: the server exposes no window of that name, or no
+	// longer has the window (fallback.ErrUnknownWindow matches it too).
+	ErrUnknownWindow = errs.ErrUnknownWindow
 	// ErrProtocol: the peer does not speak this protocol (or this version
 	// of it), or sent a malformed message.
 	ErrProtocol = errors.New("service: protocol error")

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+
+	"github.com/onesided/rma/internal/errs"
 )
 
 // Errors returned by this package. Match them with errors.Is.
@@ -17,7 +19,7 @@ var (
 	// ErrClosed is returned when an object is used after Close.
 	ErrClosed = errors.New("verbs: object closed")
 	// ErrInvalid marks a bad argument (a zero length, a nil buffer, ...).
-	ErrInvalid = errors.New("verbs: invalid argument")
+	ErrInvalid = errs.Refine("verbs: invalid argument", errs.ErrInvalid)
 	// ErrQueueFull means the send or receive queue has no room (ENOMEM from a post).
 	ErrQueueFull = errors.New("verbs: work queue full")
 

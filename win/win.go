@@ -14,6 +14,7 @@ import (
 	"github.com/onesided/rma/datatype"
 	"github.com/onesided/rma/fallback"
 	"github.com/onesided/rma/group"
+	"github.com/onesided/rma/internal/errs"
 	"github.com/onesided/rma/internal/fabric"
 	"github.com/onesided/rma/op"
 	"github.com/onesided/rma/verbs"
@@ -24,12 +25,14 @@ import (
 var (
 	// ErrRank: the target rank is not in the group.
 	ErrRank = errors.New("win: target rank out of range")
-	// ErrOutOfWindow: the target region is not inside the target's window.
-	ErrOutOfWindow = errors.New("win: target region outside the window")
+	// ErrOutOfWindow: the target region is not inside the target's window
+	// (fallback.ErrOutOfWindow, a target's refusal, matches it too).
+	ErrOutOfWindow = errs.ErrOutOfWindow
 	// ErrAlignment: a NIC atomic's target is not 8-byte aligned.
 	ErrAlignment = errors.New("win: misaligned atomic target")
-	// ErrInvalid: a bad argument (buffer length, negative size, ...).
-	ErrInvalid = errors.New("win: invalid argument")
+	// ErrInvalid: a bad argument (buffer length, negative size, ...). The
+	// ErrInvalid of packages verbs, datatype, op and coll match it too.
+	ErrInvalid = errs.ErrInvalid
 	// ErrNotSupported: the operation is valid MPI but not available here.
 	ErrNotSupported = verbs.ErrNotSupported
 	// ErrEpoch: the call needs a synchronisation epoch that is not open,

@@ -108,12 +108,12 @@ type Fabric struct {
 	chunkOff  int
 	maxInline int
 
-	slots      []slot
-	slotMu     sync.Mutex
-	freeList   []uint32     // free slots, a stack (the last freed is reused first)
-	nfree      atomic.Int32 // len(freeList), readable without slotMu
+	slots    []slot
+	slotMu   sync.Mutex
+	freeList []uint32     // free slots, a stack (the last freed is reused first)
+	nfree    atomic.Int32 // len(freeList), readable without slotMu
 	// failReply: a test's count of replies to lose (FailReplies).
-	failReply atomic.Int32
+	failReply  atomic.Int32
 	freeChunks chan uint32
 
 	pollMu sync.Mutex
