@@ -12,10 +12,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/onesided/rma"
 	"github.com/onesided/rma/atomics"
 	"github.com/onesided/rma/internal/procs"
 	"github.com/onesided/rma/verbs"
-	"github.com/onesided/rma/win"
 )
 
 // Client is a connection to a Server. See Dial.
@@ -60,9 +60,9 @@ type Client struct {
 	replyLen int
 	reply    [recvSize]byte
 	wcs      [8]verbs.WC
-	a, b, r  [8]byte  // FetchAndOp's and CompareAndSwap's operands and result
-	t, s     [8]byte  // the compare-and-swap loops' operands
-	cas      [64]byte // an engine compare-and-swap: compare, then origin
+	t, s     [8]byte            // the compare-and-swap loops' operands
+	cas      [64]byte           // an engine compare-and-swap: compare, then origin
+	discard  [maxFetchData]byte // the old values of an abandoned request
 }
 
 // Layout of Client.buf.
@@ -259,7 +259,7 @@ func (c *Client) send(n int) error {
 // Open opens the window the server exposes under name.
 func (c *Client) Open(ctx context.Context, name string) (*Window, error) {
 	if len(name) == 0 || len(name) > MaxNameLen {
-		return nil, fmt.Errorf("%w: window name of %d bytes (1 to %d)", win.ErrInvalid, len(name), MaxNameLen)
+		return nil, fmt.Errorf("%w: window name of %d bytes (1 to %d)", rma.ErrInvalid, len(name), MaxNameLen)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -317,7 +317,10 @@ func (c *Client) Close() error {
 	}
 	c.closed = true
 	if r := c.pend; r != nil {
-		r.done, r.err, c.pend = true, ErrClosed, nil
+		if !r.abandoned {
+			r.done, r.err = true, ErrClosed
+		}
+		c.pend = nil
 	}
 	c.id.Disconnect()
 	return c.release()

@@ -57,10 +57,12 @@
 //
 // # Operations
 //
-// A Window does Put and Get (RDMA WRITE and READ through a registered
-// staging buffer of the client) and the accumulate family: Accumulate,
-// GetAccumulate (and so FetchAndOp on any datatype), FetchAndOp and
-// CompareAndSwap on int64, CompareAndSwapBytes, with every predefined op
+// A Window is an rma.Window, as a group window's view of one rank is
+// (win.Window.Target), so code written against rma.Window, and rma's typed
+// helpers (rma.FetchAndOp, rma.PutSlice, ...), run on both. It does Put
+// and Get (RDMA WRITE and READ through a registered staging buffer of the
+// client) and the accumulate family: Accumulate, GetAccumulate,
+// FetchAndOp and CompareAndSwap, with every predefined op
 // and the user-defined ops made with op.Register (registered in the
 // server too). They are routed by package atomics' default policy exactly
 // as a group window's calls are: on 64-bit integers SUM is a NIC
@@ -98,8 +100,8 @@
 // corrupt them.
 //
 // Errors are errors.Is-able: ErrDenied (an open Authorize refused, or a
-// call the window's Access does not cover), win.ErrOutOfWindow, win.ErrAlignment,
-// win.ErrInvalid, win.ErrEpoch (lock misuse), op.ErrOpDatatype and
+// call the window's Access does not cover), rma.ErrOutOfWindow, rma.ErrAlignment,
+// rma.ErrInvalid, rma.ErrEpoch (lock misuse), op.ErrOpDatatype and
 // op.ErrOpUse (an op the call or the datatype does not allow),
 // ErrUnknownWindow, the engine's refusals as package fallback reports them
 // (fallback.ErrRemoteRejected and the reason's sentinel, such as
@@ -123,8 +125,9 @@
 // # Requests
 //
 // RPut, RGet, RAccumulate and RGetAccumulate start an operation and return
-// a Request (MPI_Rput, MPI_Rget, MPI_Raccumulate, MPI_Rget_accumulate);
-// Wait or Test complete it. A client has one operation in flight at a
+// its request (MPI_Rput, MPI_Rget, MPI_Raccumulate, MPI_Rget_accumulate);
+// Wait or Test complete it, and a Wait whose context ends abandons it, as
+// rma.Request says for both modes. A client has one operation in flight at a
 // time: its next call (Unlock and Flush included, as MPI requires of
 // them) completes a request's operation first, so a request overlaps the
 // caller's own work, not the client's other calls; open several Clients

@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/onesided/rma"
 	"github.com/onesided/rma/datatype"
 	"github.com/onesided/rma/op"
 	"github.com/onesided/rma/service"
 	"github.com/onesided/rma/verbs"
-	"github.com/onesided/rma/win"
 )
 
 // A server exposes a counter; a client adds to it with a NIC
@@ -46,7 +46,7 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	old, err := w.FetchAndOp(ctx, 1, 0, op.Sum)
+	old, err := rma.FetchAndOp(ctx, w, int64(1), 0, op.Sum)
 	fmt.Println(old, err)
 }
 
@@ -66,7 +66,7 @@ func ExampleWindow_Lock() {
 		fmt.Println(err)
 		return
 	}
-	if err := w.Lock(ctx, win.LockExclusive); err != nil {
+	if err := w.Lock(ctx, rma.LockExclusive); err != nil {
 		fmt.Println(err)
 		return
 	}

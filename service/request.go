@@ -5,11 +5,11 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/onesided/rma"
 	"github.com/onesided/rma/atomics"
 	"github.com/onesided/rma/datatype"
 	"github.com/onesided/rma/fallback"
 	"github.com/onesided/rma/op"
-	"github.com/onesided/rma/win"
 )
 
 // Request is an operation started by RPut, RGet, RAccumulate or
@@ -35,10 +35,11 @@ type Request struct {
 	wr   uint64 // the work request whose completion finishes it
 	seq  uint32 // reqEngine: the sequence number of the reply
 	dst  []byte // where the result goes (reqRead, reqNIC with a result, reqEngine)
-	dt   datatype.Basic
-	o    op.Op
 	done bool
 	err  error
+	// abandoned: its Wait's context ended; it is done with that error,
+	// and its operation, still the client's in flight, writes no result.
+	abandoned bool
 }
 
 type reqKind uint8
@@ -49,6 +50,15 @@ const (
 	reqNIC                   // a NIC atomic, its old value (if dst) to dst
 	reqEngine                // a message to the server's engine, its reply
 )
+
+// request turns a *Request into an rma.Request: a nil *Request (a failed
+// call) into a nil interface.
+func request(r *Request, err error) (rma.Request, error) {
+	if r == nil {
+		return nil, err
+	}
+	return r, err
+}
 
 // completed is a request finished before its call returned.
 func completed(err error) (*Request, error) {
@@ -75,16 +85,20 @@ func (c *Client) finishPending(ctx context.Context) error {
 	case reqWrite:
 		err = c.wait(ctx, r.wr, 0)
 	case reqRead:
-		if err = c.wait(ctx, r.wr, 0); err == nil {
+		if err = c.wait(ctx, r.wr, 0); err == nil && !r.abandoned {
 			copy(r.dst, c.buf[stagingOff:stagingOff+len(r.dst)])
 		}
 	case reqNIC:
-		if err = c.wait(ctx, r.wr, 0); err == nil && r.dst != nil {
+		if err = c.wait(ctx, r.wr, 0); err == nil && r.dst != nil && !r.abandoned {
 			binary.NativeEndian.PutUint64(r.dst, c.result())
 		}
 	case reqEngine:
 		if err = c.wait(ctx, r.wr, r.seq); err == nil {
-			err = r.w.accReply(r.dst)
+			dst := r.dst
+			if r.abandoned {
+				dst = c.discard[:len(dst)]
+			}
+			err = r.w.accReply(dst)
 		}
 	}
 	if err != nil && ctx.Err() != nil && c.err == nil {
@@ -93,14 +107,21 @@ func (c *Client) finishPending(ctx context.Context) error {
 		}
 		return ctx.Err()
 	}
-	r.done, r.err, c.pend = true, err, nil
+	if !r.abandoned {
+		r.done, r.err = true, err
+	}
+	c.pend = nil
 	return nil
 }
 
 // Wait waits until the operation completes (MPI_Wait) and returns its
-// error. If ctx ends first, it returns ctx's error and the operation stays
-// in flight: Wait again, or let the client's next call complete it. Wait on
-// a nil Request returns nil.
+// error. If ctx ends first, or had ended when Wait was called and the
+// request was not yet complete, Wait returns ctx's error and the operation
+// is abandoned, as a group window's request is (rma.Request): its result
+// buffer is not written afterwards, and the request is complete with that
+// error; the client's next call (Flush, say) completes the operation
+// itself. The server may or may not have applied an abandoned
+// RAccumulate or RGetAccumulate. Wait on a nil Request returns nil.
 func (r *Request) Wait(ctx context.Context) error {
 	if r == nil {
 		return nil
@@ -112,8 +133,12 @@ func (r *Request) Wait(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !r.done {
-		if err := c.finishPending(ctx); err != nil {
-			return err
+		err := ctx.Err()
+		if err == nil {
+			err = c.finishPending(ctx)
+		}
+		if err != nil {
+			r.done, r.err, r.abandoned = true, err, true
 		}
 	}
 	return r.err
@@ -154,7 +179,12 @@ func (r *Request) Test() (bool, error) {
 // RPut is the request-based Put (MPI_Rput): the data is copied to the
 // client's registered staging buffer and the WRITE posted; the request
 // completes when the server's NIC has acknowledged it.
-func (w *Window) RPut(ctx context.Context, src []byte, disp int) (*Request, error) {
+func (w *Window) RPut(ctx context.Context, src []byte, disp int) (rma.Request, error) {
+	return request(w.rput(ctx, src, disp))
+}
+
+// rput is RPut.
+func (w *Window) rput(ctx context.Context, src []byte, disp int) (*Request, error) {
 	if err := w.check(disp, len(src)); err != nil {
 		return nil, err
 	}
@@ -182,7 +212,12 @@ func (w *Window) RPut(ctx context.Context, src []byte, disp int) (*Request, erro
 
 // RGet is the request-based Get (MPI_Rget): dst holds the data once the
 // request completes.
-func (w *Window) RGet(ctx context.Context, dst []byte, disp int) (*Request, error) {
+func (w *Window) RGet(ctx context.Context, dst []byte, disp int) (rma.Request, error) {
+	return request(w.rget(ctx, dst, disp))
+}
+
+// rget is RGet.
+func (w *Window) rget(ctx context.Context, dst []byte, disp int) (*Request, error) {
 	if err := w.check(disp, len(dst)); err != nil {
 		return nil, err
 	}
@@ -212,7 +247,12 @@ func (w *Window) RGet(ctx context.Context, dst []byte, disp int) (*Request, erro
 // Accumulate's checks, routes and atomicity. On 64-bit integers, the ops
 // that the NIC applies by compare-and-swap loops complete before the call
 // returns.
-func (w *Window) RAccumulate(ctx context.Context, origin []byte, dt datatype.Basic, disp int, o op.Op) (*Request, error) {
+func (w *Window) RAccumulate(ctx context.Context, origin []byte, dt datatype.Basic, disp int, o op.Op) (rma.Request, error) {
+	return request(w.raccumulate(ctx, origin, dt, disp, o))
+}
+
+// raccumulate is RAccumulate.
+func (w *Window) raccumulate(ctx context.Context, origin []byte, dt datatype.Basic, disp int, o op.Op) (*Request, error) {
 	c := w.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -221,7 +261,7 @@ func (w *Window) RAccumulate(ctx context.Context, origin []byte, dt datatype.Bas
 	}
 	es := dt.Size()
 	if len(origin)%es != 0 {
-		return nil, fmt.Errorf("%w: origin of %d bytes is not whole %v elements", win.ErrInvalid, len(origin), dt)
+		return nil, fmt.Errorf("%w: origin of %d bytes is not whole %v elements", rma.ErrInvalid, len(origin), dt)
 	}
 	if len(origin) == 0 {
 		return completed(nil)
@@ -247,7 +287,12 @@ func (w *Window) RAccumulate(ctx context.Context, origin []byte, dt datatype.Bas
 // atomicity: result holds the old elements once the request completes.
 // On 64-bit integers, the ops that the NIC applies by compare-and-swap
 // loops (REPLACE, MIN, MAX, ...) complete before the call returns.
-func (w *Window) RGetAccumulate(ctx context.Context, origin, result []byte, dt datatype.Basic, disp int, o op.Op) (*Request, error) {
+func (w *Window) RGetAccumulate(ctx context.Context, origin, result []byte, dt datatype.Basic, disp int, o op.Op) (rma.Request, error) {
+	return request(w.rgetAccumulate(ctx, origin, result, dt, disp, o))
+}
+
+// rgetAccumulate is RGetAccumulate.
+func (w *Window) rgetAccumulate(ctx context.Context, origin, result []byte, dt datatype.Basic, disp int, o op.Op) (*Request, error) {
 	c := w.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -258,10 +303,10 @@ func (w *Window) RGetAccumulate(ctx context.Context, origin, result []byte, dt d
 	if o == op.NoOp && len(origin) == 0 {
 		origin = nil
 	} else if len(origin) != len(result) {
-		return nil, fmt.Errorf("%w: origin of %d bytes and result of %d", win.ErrInvalid, len(origin), len(result))
+		return nil, fmt.Errorf("%w: origin of %d bytes and result of %d", rma.ErrInvalid, len(origin), len(result))
 	}
 	if len(result)%es != 0 {
-		return nil, fmt.Errorf("%w: result of %d bytes is not whole %v elements", win.ErrInvalid, len(result), dt)
+		return nil, fmt.Errorf("%w: result of %d bytes is not whole %v elements", rma.ErrInvalid, len(result), dt)
 	}
 	if len(result) == 0 {
 		return completed(nil)
@@ -328,7 +373,7 @@ func (w *Window) startAcc(ctx context.Context, route atomics.Route, kind fallbac
 		if err := w.sendAcc(kind, o, dt, disp+last, data, res); err != nil {
 			return nil, err
 		}
-		return c.start(&Request{w: w, kind: reqEngine, wr: c.posted, seq: c.seq, dst: res, dt: dt, o: o}), nil
+		return c.start(&Request{w: w, kind: reqEngine, wr: c.posted, seq: c.seq, dst: res}), nil
 	}
 	if err := w.checkAtomic(disp + last); err != nil {
 		return nil, err
@@ -341,7 +386,7 @@ func (w *Window) startAcc(ctx context.Context, route atomics.Route, kind fallbac
 	case atomics.NICRead:
 		err = c.postRead8(addr, w.rkey)
 	default:
-		err = fmt.Errorf("%w: route %v", win.ErrInvalid, route)
+		err = fmt.Errorf("%w: route %v", rma.ErrInvalid, route)
 	}
 	if err != nil {
 		return nil, err

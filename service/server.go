@@ -13,10 +13,10 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/onesided/rma"
 	"github.com/onesided/rma/fallback"
 	"github.com/onesided/rma/internal/procs"
 	"github.com/onesided/rma/verbs"
-	"github.com/onesided/rma/win"
 )
 
 // Server exposes memory to clients. See Listen.
@@ -252,10 +252,10 @@ func (s *Server) Conns() int {
 // stores on mem. name is 1 to MaxNameLen bytes.
 func (s *Server) Expose(name string, mem []byte) error {
 	if len(name) == 0 || len(name) > MaxNameLen {
-		return fmt.Errorf("%w: window name of %d bytes (1 to %d)", win.ErrInvalid, len(name), MaxNameLen)
+		return fmt.Errorf("%w: window name of %d bytes (1 to %d)", rma.ErrInvalid, len(name), MaxNameLen)
 	}
 	if len(mem) == 0 || uintptr(unsafe.Pointer(&mem[0]))%8 != 0 {
-		return fmt.Errorf("%w: window memory must be non-empty and 8-byte aligned", win.ErrInvalid)
+		return fmt.Errorf("%w: window memory must be non-empty and 8-byte aligned", rma.ErrInvalid)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -13,7 +13,7 @@ import (
 )
 
 // Errors of this package. Match them with errors.Is. Calls on a window
-// also return win.ErrOutOfWindow, win.ErrAlignment and win.ErrInvalid for
+// also return rma.ErrOutOfWindow, rma.ErrAlignment and rma.ErrInvalid for
 // bad arguments, and errors matching verbs.ErrPeerLost when the server is
 // gone (dead, restarted, closed or unreachable).
 var (

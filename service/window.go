@@ -7,12 +7,12 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/onesided/rma"
 	"github.com/onesided/rma/atomics"
 	"github.com/onesided/rma/datatype"
 	"github.com/onesided/rma/fallback"
 	"github.com/onesided/rma/op"
 	"github.com/onesided/rma/verbs"
-	"github.com/onesided/rma/win"
 )
 
 // Window is a window a server exposes, as a client opened it. Its calls
@@ -30,8 +30,8 @@ import (
 // kept out.
 //
 // Displacements are in bytes from the window's start. A region outside
-// the window is refused with win.ErrOutOfWindow, a misaligned atomic with
-// win.ErrAlignment, both before anything is sent. A dead, restarted or
+// the window is refused with rma.ErrOutOfWindow, a misaligned atomic with
+// rma.ErrAlignment, both before anything is sent. A dead, restarted or
 // closed server makes the call, and every later call of the client, fail
 // with an error matching verbs.ErrPeerLost; Dial again.
 type Window struct {
@@ -74,7 +74,7 @@ func fetchNeeds(o op.Op) Access {
 
 func (w *Window) check(disp, n int) error {
 	if disp < 0 || n < 0 || disp > w.size-n {
-		return fmt.Errorf("%w: %d bytes at %d in a window of %d", win.ErrOutOfWindow, n, disp, w.size)
+		return fmt.Errorf("%w: %d bytes at %d in a window of %d", rma.ErrOutOfWindow, n, disp, w.size)
 	}
 	return nil
 }
@@ -84,10 +84,12 @@ func (w *Window) checkAtomic(disp int) error {
 		return err
 	}
 	if a := w.addr + uint64(disp); a%8 != 0 {
-		return fmt.Errorf("%w: displacement %d is %d bytes past an 8-byte boundary", win.ErrAlignment, disp, a%8)
+		return fmt.Errorf("%w: displacement %d is %d bytes past an 8-byte boundary", rma.ErrAlignment, disp, a%8)
 	}
 	return nil
 }
+
+var _ rma.Window = (*Window)(nil)
 
 // Put writes src into the window at disp (RDMA WRITE, through the
 // client's staging buffer).
@@ -124,49 +126,39 @@ func (w *Window) Get(ctx context.Context, dst []byte, disp int) error {
 	return c.read(ctx, dst, w.addr+uint64(disp), w.rkey)
 }
 
-// FetchAndOp applies o with operand v to the int64 at disp and returns its
-// old value (MPI_Fetch_and_op on MPI_INT64_T). The route is atomics'
-// default policy, as for a group window: SUM is a NIC fetch-and-add,
-// NO_OP an 8-byte READ, REPLACE, MIN, MAX, PROD and the logical and
-// bitwise ops and user-defined ops compare-and-swap loops (a user-defined
-// op then runs in the client, see op.Register), so all of them,
-// CompareAndSwap included, are atomic with each other; these need disp
-// 8-byte aligned. When either side's device has no atomics, every op is
-// applied by the server's engine. For other datatypes use GetAccumulate
-// with one element.
-func (w *Window) FetchAndOp(ctx context.Context, v int64, disp int, o op.Op) (int64, error) {
+// FetchAndOp is GetAccumulate of one element of type dt (MPI_Fetch_and_op):
+// it applies o with origin to the element at disp and returns its old
+// value in result; origin and result are dt.Size() bytes (origin is
+// ignored by NO_OP). The route is atomics' default policy, as for a group
+// window: on 64-bit integers SUM is a NIC fetch-and-add, NO_OP an 8-byte
+// READ, REPLACE, MIN, MAX, PROD and the logical and bitwise ops and
+// user-defined ops compare-and-swap loops (a user-defined op then runs in
+// the client, see op.Register), so all of them, CompareAndSwap included,
+// are atomic with each other; these need disp 8-byte aligned. Other
+// datatypes, and every op when either side's device has no atomics, are
+// applied by the server's engine. rma.FetchAndOp takes and returns Go
+// values.
+func (w *Window) FetchAndOp(ctx context.Context, origin, result []byte, dt datatype.Basic, disp int, o op.Op) error {
+	if !dt.Valid() || len(result) != dt.Size() || (o != op.NoOp && len(origin) != dt.Size()) {
+		return fmt.Errorf("%w: FetchAndOp on %v with origin of %d bytes and result of %d", rma.ErrInvalid, dt, len(origin), len(result))
+	}
+	if o == op.NoOp {
+		origin = nil
+	}
 	c := w.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	binary.NativeEndian.PutUint64(c.a[:], uint64(v))
-	if err := w.getAccumulate(ctx, c.a[:], c.b[:], datatype.Int64, disp, o); err != nil {
-		return 0, err
-	}
-	return int64(binary.NativeEndian.Uint64(c.b[:])), nil
+	return w.getAccumulate(ctx, origin, result, dt, disp, o)
 }
 
-// CompareAndSwap replaces the int64 at disp by swap if it equals compare,
-// and returns its old value (MPI_Compare_and_swap): a NIC compare-and-swap
-// (disp 8-byte aligned), or the server's engine when either side's device
-// has no atomics.
-func (w *Window) CompareAndSwap(ctx context.Context, compare, swap int64, disp int) (int64, error) {
-	c := w.c
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	binary.NativeEndian.PutUint64(c.a[:], uint64(swap))
-	binary.NativeEndian.PutUint64(c.b[:], uint64(compare))
-	if err := w.compareAndSwap(ctx, c.a[:], c.b[:], c.r[:], datatype.Int64, disp); err != nil {
-		return 0, err
-	}
-	return int64(binary.NativeEndian.Uint64(c.r[:])), nil
-}
-
-// CompareAndSwapBytes is MPI_Compare_and_swap on one element of type dt
-// (an integer, byte or bool: op.CheckCompareAndSwap): if the element at
-// disp equals compare, it becomes origin; result receives the old value.
-// Each buffer is dt.Size() bytes. 64-bit integers go to the NIC as in
-// CompareAndSwap, the others to the server's engine.
-func (w *Window) CompareAndSwapBytes(ctx context.Context, origin, compare, result []byte, dt datatype.Basic, disp int) error {
+// CompareAndSwap is MPI_Compare_and_swap on one element of type dt (an
+// integer, byte or bool: op.CheckCompareAndSwap): if the element at disp
+// equals compare, it becomes origin; result receives the old value. Each
+// buffer is dt.Size() bytes. 64-bit integers go to the NIC's
+// compare-and-swap (disp 8-byte aligned), the others, and every datatype
+// when either side's device has no atomics, to the server's engine.
+// rma.CompareAndSwap takes and returns Go values.
+func (w *Window) CompareAndSwap(ctx context.Context, origin, compare, result []byte, dt datatype.Basic, disp int) error {
 	c := w.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -194,7 +186,7 @@ func (w *Window) Accumulate(ctx context.Context, origin []byte, dt datatype.Basi
 	}
 	es := dt.Size()
 	if len(origin)%es != 0 {
-		return fmt.Errorf("%w: origin of %d bytes is not whole %v elements", win.ErrInvalid, len(origin), dt)
+		return fmt.Errorf("%w: origin of %d bytes is not whole %v elements", rma.ErrInvalid, len(origin), dt)
 	}
 	if len(origin) == 0 {
 		return nil
@@ -245,10 +237,10 @@ func (w *Window) getAccumulate(ctx context.Context, origin, result []byte, dt da
 	if o == op.NoOp && len(origin) == 0 {
 		origin = nil
 	} else if len(origin) != len(result) {
-		return fmt.Errorf("%w: origin of %d bytes and result of %d", win.ErrInvalid, len(origin), len(result))
+		return fmt.Errorf("%w: origin of %d bytes and result of %d", rma.ErrInvalid, len(origin), len(result))
 	}
 	if len(result)%es != 0 {
-		return fmt.Errorf("%w: result of %d bytes is not whole %v elements", win.ErrInvalid, len(result), dt)
+		return fmt.Errorf("%w: result of %d bytes is not whole %v elements", rma.ErrInvalid, len(result), dt)
 	}
 	if len(result) == 0 {
 		return nil
@@ -291,7 +283,7 @@ func (w *Window) compareAndSwap(ctx context.Context, origin, compare, result []b
 	es := dt.Size()
 	if len(origin) != es || len(compare) != es || len(result) != es {
 		return fmt.Errorf("%w: compare-and-swap on %v with buffers of %d, %d and %d bytes (want %d)",
-			win.ErrInvalid, dt, len(origin), len(compare), len(result), es)
+			rma.ErrInvalid, dt, len(origin), len(compare), len(result), es)
 	}
 	route := w.policy.CompareAndSwap(dt)
 	if route != atomics.Engine {
@@ -346,7 +338,7 @@ func (w *Window) nic(ctx context.Context, route atomics.Route, o op.Op, dt datat
 		case atomics.NICCompareSwapLoop:
 			old, err = c.casLoop(ctx, addr, w.rkey, o, dt, v)
 		default:
-			return fmt.Errorf("%w: route %v", win.ErrInvalid, route)
+			return fmt.Errorf("%w: route %v", rma.ErrInvalid, route)
 		}
 		if err != nil {
 			return err
@@ -462,19 +454,19 @@ func (c *Client) refused() error {
 	case errUnknownWin:
 		return fmt.Errorf("%w: the server no longer has the window", ErrUnknownWindow)
 	case errLockState:
-		return fmt.Errorf("%w: the server's lock state disagrees", win.ErrEpoch)
+		return fmt.Errorf("%w: the server's lock state disagrees", rma.ErrEpoch)
 	case errDenied:
 		return fmt.Errorf("%w: refused by the server", ErrDenied)
 	}
 	return fmt.Errorf("%w: the server refused the request (reason %d)", ErrProtocol, reason)
 }
 
-// Lock takes the window's lock, shared (win.LockShared) or exclusive
-// (win.LockExclusive), waiting for it as long as ctx allows
+// Lock takes the window's lock, shared (rma.LockShared) or exclusive
+// (rma.LockExclusive), waiting for it as long as ctx allows
 // (MPI_Win_lock; the server queues requests in their order of arrival, and
 // grants consecutive shared ones together). A client holds at most one
 // lock of a window: Lock while holding or waiting for it fails with
-// win.ErrEpoch. While Lock waits, the client's other calls go on (up to
+// rma.ErrEpoch. While Lock waits, the client's other calls go on (up to
 // 4 Locks of different windows may wait at once; more wait for a place);
 // with no other call going on, the waiting Lock polls at most every
 // millisecond. If ctx ends first, the request is withdrawn (or the lock,
@@ -486,15 +478,15 @@ func (c *Client) refused() error {
 // once for a process that dies, which its kernel disconnects; after
 // ServerConfig.ProbeInterval plus the transport's retries for a host that
 // dies).
-func (w *Window) Lock(ctx context.Context, lt win.LockType) error {
+func (w *Window) Lock(ctx context.Context, lt rma.LockType) error {
 	var code byte
 	switch lt {
-	case win.LockShared:
+	case rma.LockShared:
 		code = lockShared
-	case win.LockExclusive:
+	case rma.LockExclusive:
 		code = lockExclusive
 	default:
-		return fmt.Errorf("%w: lock type %d", win.ErrInvalid, lt)
+		return fmt.Errorf("%w: lock type %d", rma.ErrInvalid, lt)
 	}
 	c := w.c
 	c.mu.Lock()
@@ -517,7 +509,7 @@ func (w *Window) lockLocked(ctx context.Context, code byte, all bool) error {
 		return err
 	}
 	if w.lock != 0 || w.waiting {
-		return fmt.Errorf("%w: the client holds or waits for the window's lock already", win.ErrEpoch)
+		return fmt.Errorf("%w: the client holds or waits for the window's lock already", rma.ErrEpoch)
 	}
 	// A lock request waits without holding the client: take one of the
 	// client's maxLockWaits places first.
@@ -538,7 +530,7 @@ func (w *Window) lockLocked(ctx context.Context, code byte, all bool) error {
 		}
 		if w.lock != 0 || w.waiting {
 			<-c.lockSlots
-			return fmt.Errorf("%w: the client holds or waits for the window's lock already", win.ErrEpoch)
+			return fmt.Errorf("%w: the client holds or waits for the window's lock already", rma.ErrEpoch)
 		}
 	}
 	defer func() { <-c.lockSlots }()
@@ -716,7 +708,7 @@ const withdrawTimeout = time.Second
 // Unlock gives the window's lock back (MPI_Win_unlock). Every call of the
 // client is complete at the server when it returns, so this only frees
 // the lock. Without the lock (or with LockAll's) it fails with
-// win.ErrEpoch.
+// rma.ErrEpoch.
 func (w *Window) Unlock(ctx context.Context) error {
 	c := w.c
 	c.mu.Lock()
@@ -735,7 +727,7 @@ func (w *Window) UnlockAll(ctx context.Context) error {
 func (w *Window) unlockLocked(ctx context.Context, all bool) error {
 	c := w.c
 	if w.lock == 0 || w.all != all {
-		return fmt.Errorf("%w: the client does not hold the window's lock (from %s)", win.ErrEpoch,
+		return fmt.Errorf("%w: the client does not hold the window's lock (from %s)", rma.ErrEpoch,
 			map[bool]string{false: "Lock", true: "LockAll"}[all])
 	}
 	if err := c.begin(ctx); err != nil {

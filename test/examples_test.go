@@ -3,13 +3,17 @@
 package test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -58,6 +62,82 @@ func TestExamples(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCounterService runs examples/counter, whose counting loop is written
+// once against rma.Window (TestExamples runs it as a group), as a service:
+// a server and two clients of 300 adds each; the server checks the total.
+func TestCounterService(t *testing.T) {
+	requireDevice(t)
+	dir := os.Getenv("RMA_EXAMPLES_DIR")
+	if dir == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("RMA_EXAMPLES_DIR is not set: in CI the examples must run (make integration builds them)")
+		}
+		t.Skip("RMA_EXAMPLES_DIR is not set; run through make integration")
+	}
+	ip := cmIPv4(t)
+	l, err := net.Listen("tcp", netip.AddrPortFrom(ip, 0).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String() // a port free now, for the server's rdma_cm listener
+	l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	start := func(args ...string) (*exec.Cmd, *lockedBuf) {
+		cmd := exec.CommandContext(ctx, filepath.Join(dir, "counter"), args...)
+		cmd.Env = append(os.Environ(), "RMA_SECRET="+secret())
+		out := new(lockedBuf)
+		cmd.Stdout, cmd.Stderr, cmd.WaitDelay = out, out, time.Second
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd, out
+	}
+	srv, sout := start("-serve", addr, "-clients", "2", "-iters", "300")
+	for !strings.Contains(sout.String(), "serving counter on") {
+		if ctx.Err() != nil {
+			t.Fatalf("the server did not start listening:\n%s", sout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var clients []*exec.Cmd
+	var couts []*lockedBuf
+	for range 2 {
+		c, out := start("-dial", addr, "-iters", "300")
+		clients, couts = append(clients, c), append(couts, out)
+	}
+	for i, c := range clients {
+		err := c.Wait()
+		t.Logf("client %d: %v\n%s", i, err, couts[i])
+		if err != nil {
+			t.Errorf("client %d: %v", i, err)
+		}
+	}
+	err = srv.Wait()
+	t.Logf("server: %v\n%s", err, sout)
+	if err != nil || !regexp.MustCompile(`(?m)^total 600 \(expected 600\): correct`).MatchString(sout.String()) {
+		t.Errorf("server: %v; want its line \"total 600 (expected 600): correct\"", err)
+	}
+}
+
+// lockedBuf is a bytes.Buffer that a command writes while the test reads.
+type lockedBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // runExample runs dir/rmarun -n 4 dir/prog args... and returns its combined

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/onesided/rma"
 	"github.com/onesided/rma/datatype"
 	"github.com/onesided/rma/fallback"
 	"github.com/onesided/rma/op"
@@ -154,7 +155,7 @@ func svcDoor(ctx context.Context, addr string) error {
 		tries++
 	}
 	fmt.Printf("guesses=%d\n", tries)
-	v, err := counter.FetchAndOp(ctx, 0, 0, op.NoOp)
+	v, err := rma.FetchAndOp(ctx, counter, int64(0), 0, op.NoOp)
 	if err != nil {
 		return err
 	}
@@ -207,14 +208,14 @@ func svcGrants(ctx context.Context, addr string) error {
 	if err := ra.Get(ctx, got, 0); err != nil || !bytes.Equal(got, pattern) {
 		return fmt.Errorf("reader's Get: %v, %x want %x", err, got, pattern)
 	}
-	if v, err := ra.FetchAndOp(ctx, 0, 8, op.NoOp); err != nil || v != int64(binary.NativeEndian.Uint64(pattern[8:])) {
+	if v, err := rma.FetchAndOp(ctx, ra, int64(0), 8, op.NoOp); err != nil || v != int64(binary.NativeEndian.Uint64(pattern[8:])) {
 		return fmt.Errorf("reader's FetchAndOp(NO_OP): %d, %v", v, err)
 	}
 	one := binary.NativeEndian.AppendUint64(nil, 1)
 	for name, err := range map[string]error{
 		"Put":            ra.Put(ctx, one, 0),
-		"FetchAndOp SUM": func() error { _, err := ra.FetchAndOp(ctx, 1, 0, op.Sum); return err }(),
-		"CompareAndSwap": func() error { _, err := ra.CompareAndSwap(ctx, 0, 1, 0); return err }(),
+		"FetchAndOp SUM": func() error { _, err := rma.FetchAndOp(ctx, ra, int64(1), 0, op.Sum); return err }(),
+		"CompareAndSwap": func() error { _, err := rma.CompareAndSwap(ctx, ra, int64(0), int64(1), 0); return err }(),
 		"Accumulate":     ra.Accumulate(ctx, datatype.AsBytes([]float64{1}), datatype.Float64, 16, op.Sum),
 		"RPut":           func() error { _, err := ra.RPut(ctx, one, 0); return err }(),
 	} {
@@ -353,7 +354,7 @@ func svcRotate(ctx context.Context, addr string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := oc.FetchAndOp(ctx, 1, 0, op.Sum); err != nil {
+	if _, err := rma.FetchAndOp(ctx, oc, int64(1), 0, op.Sum); err != nil {
 		return err
 	}
 	w, err := dialWire(ctx, addr)
@@ -374,7 +375,7 @@ func svcRotate(ctx context.Context, addr string) error {
 	start := time.Now()
 	added := int64(1) // by the old client, before the rotation and while the server had not dropped it yet
 	for ; ; added++ {
-		_, err := oc.FetchAndOp(ctx, 1, 0, op.Sum)
+		_, err := rma.FetchAndOp(ctx, oc, int64(1), 0, op.Sum)
 		if errors.Is(err, verbs.ErrPeerLost) {
 			fmt.Printf("old client after the rotation: %v after %v\n", err, time.Since(start).Round(time.Millisecond))
 			break
@@ -401,7 +402,7 @@ func svcRotate(ctx context.Context, addr string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := c2.FetchAndOp(ctx, 1, 0, op.Sum); err != nil {
+	if _, err := rma.FetchAndOp(ctx, c2, int64(1), 0, op.Sum); err != nil {
 		return fmt.Errorf("the new secret's client: %w", err)
 	}
 	// With a grace period.
@@ -409,7 +410,7 @@ func svcRotate(ctx context.Context, addr string) error {
 		return err
 	}
 	start = time.Now()
-	if _, err := c2.FetchAndOp(ctx, 1, 0, op.Sum); err != nil {
+	if _, err := rma.FetchAndOp(ctx, c2, int64(1), 0, op.Sum); err != nil {
 		return fmt.Errorf("the second secret's client during the grace: %w", err)
 	}
 	cl2b, err := service.Dial(ctx, addr, service.ClientConfig{Secret: []byte(second)})
@@ -418,7 +419,7 @@ func svcRotate(ctx context.Context, addr string) error {
 	}
 	cl2b.Close()
 	time.Sleep(2*time.Second - time.Since(start) + 500*time.Millisecond)
-	if _, err := c2.FetchAndOp(ctx, 1, 0, op.Sum); !errors.Is(err, verbs.ErrPeerLost) {
+	if _, err := rma.FetchAndOp(ctx, c2, int64(1), 0, op.Sum); !errors.Is(err, verbs.ErrPeerLost) {
 		return fmt.Errorf("the second secret's client after the grace: %v, want ErrPeerLost", err)
 	}
 	cl3, err := service.Dial(ctx, addr, service.ClientConfig{Secret: []byte(third)})
@@ -430,7 +431,7 @@ func svcRotate(ctx context.Context, addr string) error {
 	if err != nil {
 		return err
 	}
-	v, err := c3.FetchAndOp(ctx, 0, 0, op.NoOp)
+	v, err := rma.FetchAndOp(ctx, c3, int64(0), 0, op.NoOp)
 	fmt.Printf("counter=%d\nadded=%d\n", v, added+2)
 	if err != nil || v != added+2 {
 		return fmt.Errorf("counter after the rotations: %d, %v; want %d", v, err, added+2)

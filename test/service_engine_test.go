@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/onesided/rma"
 	"github.com/onesided/rma/datatype"
 	"github.com/onesided/rma/op"
 	"github.com/onesided/rma/service"
@@ -73,13 +74,13 @@ func svcEngineCalls(ctx context.Context, cl *service.Client, alpha, beta *servic
 	}
 	// Compare-and-swap on an int32 and a uint8 (the engine): match, then not.
 	var res [4]byte
-	if err := alpha.CompareAndSwapBytes(ctx, datatype.AsBytes([]int32{77}), datatype.AsBytes([]int32{add32[0]}), res[:], datatype.Int32, 1100); err != nil {
+	if err := alpha.CompareAndSwap(ctx, datatype.AsBytes([]int32{77}), datatype.AsBytes([]int32{add32[0]}), res[:], datatype.Int32, 1100); err != nil {
 		return fmt.Errorf("CompareAndSwapBytes(int32): %w", err)
 	}
 	if got := int32(binary.NativeEndian.Uint32(res[:])); got != add32[0] {
 		return fmt.Errorf("CompareAndSwapBytes(int32, match) returned %d, want %d", got, add32[0])
 	}
-	if err := alpha.CompareAndSwapBytes(ctx, []byte{9}, []byte{1}, res[:1], datatype.Uint8, 1100); err != nil {
+	if err := alpha.CompareAndSwap(ctx, []byte{9}, []byte{1}, res[:1], datatype.Uint8, 1100); err != nil {
 		return fmt.Errorf("CompareAndSwapBytes(uint8): %w", err)
 	}
 	if res[0] != 77 { // the low byte of the int32 77 just swapped in
@@ -153,7 +154,7 @@ func svcEngineCalls(ctx context.Context, cl *service.Client, alpha, beta *servic
 		{"Accumulate across the end", alpha.Accumulate(ctx, make([]byte, 16), datatype.Float64, svcAlpha-8, op.Sum), win.ErrOutOfWindow},
 		{"GetAccumulate with a short result", alpha.GetAccumulate(ctx, make([]byte, 16), make([]byte, 8), datatype.Float64, 1024, op.Sum), win.ErrInvalid},
 		{"Accumulate(SUM, int64) misaligned", alpha.Accumulate(ctx, make([]byte, 8), datatype.Int64, 1028, op.Sum), win.ErrAlignment},
-		{"CompareAndSwapBytes(float64)", alpha.CompareAndSwapBytes(ctx, make([]byte, 8), make([]byte, 8), make([]byte, 8), datatype.Float64, 1024), op.ErrOpDatatype},
+		{"CompareAndSwapBytes(float64)", alpha.CompareAndSwap(ctx, make([]byte, 8), make([]byte, 8), make([]byte, 8), datatype.Float64, 1024), op.ErrOpDatatype},
 		{"Accumulate with an unknown user op", alpha.Accumulate(ctx, make([]byte, 8), datatype.Float64, 1024, userOp), op.ErrInvalid},
 	} {
 		if !errors.Is(r.err, r.want) {
@@ -242,7 +243,7 @@ func svcLockClient(ctx context.Context, addr, mode string) error {
 					return
 				default:
 				}
-				if _, err := w.FetchAndOp(ctx, 1, 3072, op.Sum); err != nil {
+				if _, err := rma.FetchAndOp(ctx, w, int64(1), 3072, op.Sum); err != nil {
 					during <- -1
 					<-granted
 					return
@@ -480,7 +481,7 @@ func svcShards(ctx context.Context, addrs []string) error {
 		go func() {
 			one := datatype.AsBytes([]int32{1})
 			for k := 0; k < per; k++ {
-				if _, err := ws[0].FetchAndOp(ctx, 1, 0, op.Sum); err != nil {
+				if _, err := rma.FetchAndOp(ctx, ws[0], int64(1), 0, op.Sum); err != nil {
 					errs <- fmt.Errorf("shard 0: %w", err)
 					return
 				}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/onesided/rma"
 	"github.com/onesided/rma/datatype"
 	"github.com/onesided/rma/op"
 	"github.com/onesided/rma/service"
@@ -165,11 +166,11 @@ func svcRequestCalls(ctx context.Context, alpha, beta *service.Window, i int) er
 		return fmt.Errorf("int64 elements after the request forms %v, want %v", after, want)
 	}
 	// Zero-size requests are complete; refusals are the blocking calls'.
-	for _, z := range []func() (*service.Request, error){
-		func() (*service.Request, error) { return alpha.RPut(ctx, nil, 0) },
-		func() (*service.Request, error) { return alpha.RGet(ctx, nil, 0) },
-		func() (*service.Request, error) { return alpha.RAccumulate(ctx, nil, datatype.Float64, 0, op.Sum) },
-		func() (*service.Request, error) {
+	for _, z := range []func() (rma.Request, error){
+		func() (rma.Request, error) { return alpha.RPut(ctx, nil, 0) },
+		func() (rma.Request, error) { return alpha.RGet(ctx, nil, 0) },
+		func() (rma.Request, error) { return alpha.RAccumulate(ctx, nil, datatype.Float64, 0, op.Sum) },
+		func() (rma.Request, error) {
 			return alpha.RGetAccumulate(ctx, nil, nil, datatype.Float64, 0, op.Sum)
 		},
 	} {

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/onesided/rma"
 	"github.com/onesided/rma/datatype"
 	"github.com/onesided/rma/op"
 	"github.com/onesided/rma/service"
@@ -91,7 +92,7 @@ func svcStoppedClient(ctx context.Context, addr string) error {
 		return fmt.Errorf("Lock(2 s) on the stopped server has not returned after %v", time.Since(start).Round(time.Millisecond))
 	}
 	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	_, err = ws[1].FetchAndOp(fctx, 1, 0, op.Sum)
+	_, err = rma.FetchAndOp(fctx, ws[1], int64(1), 0, op.Sum)
 	cancel()
 	if !errors.Is(err, verbs.ErrPeerLost) {
 		return fmt.Errorf("call after the withdrawal failed: %v, want ErrPeerLost (the client disconnects)", err)
@@ -160,7 +161,7 @@ func svcStall(ctx context.Context, addr string) (err error) {
 	fmt.Printf("dial_ms=%d\n", time.Since(start).Milliseconds())
 	w, err := cl.Open(ctx, "counter")
 	if err == nil {
-		_, err = w.FetchAndOp(ctx, 1, 0, op.Sum)
+		_, err = rma.FetchAndOp(ctx, w, int64(1), 0, op.Sum)
 	}
 	if cerr := cl.Close(); err == nil {
 		err = cerr

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/onesided/rma"
 	"github.com/onesided/rma/datatype"
 	"github.com/onesided/rma/op"
 	"github.com/onesided/rma/service"
@@ -354,27 +355,27 @@ func svcRound(ctx context.Context, addr string, i int, checkAllocs bool) (err er
 		{op.Sum, -1, (-9 ^ 0xff) * 3},
 	}
 	for _, s := range steps {
-		old, err := alpha.FetchAndOp(ctx, s.v, 0, s.o)
+		old, err := rma.FetchAndOp(ctx, alpha, int64(s.v), 0, s.o)
 		if err := svcExpect(fmt.Sprintf("FetchAndOp(%v, %d)", s.o, s.v), old, s.want, err); err != nil {
 			return err
 		}
 	}
 	now := int64((-9^0xff)*3 - 1)
-	old, err := alpha.CompareAndSwap(ctx, now, 42, 0)
+	old, err := rma.CompareAndSwap(ctx, alpha, int64(now), int64(42), 0)
 	if err := svcExpect("CompareAndSwap(match)", old, now, err); err != nil {
 		return err
 	}
-	old, err = alpha.CompareAndSwap(ctx, 1, 2, 0)
+	old, err = rma.CompareAndSwap(ctx, alpha, int64(1), int64(2), 0)
 	if err := svcExpect("CompareAndSwap(no match)", old, 42, err); err != nil {
 		return err
 	}
 	if err := alpha.Get(ctx, word, 0); err != nil || int64(binary.NativeEndian.Uint64(word)) != 42 {
 		return fmt.Errorf("word 0 holds %d (%v), want 42", int64(binary.NativeEndian.Uint64(word)), err)
 	}
-	if _, err := beta.FetchAndOp(ctx, 0, svcBeta-8, op.Replace); err != nil {
+	if _, err := rma.FetchAndOp(ctx, beta, int64(0), svcBeta-8, op.Replace); err != nil {
 		return err
 	}
-	old, err = beta.FetchAndOp(ctx, 11, svcBeta-8, op.Sum)
+	old, err = rma.FetchAndOp(ctx, beta, int64(11), svcBeta-8, op.Sum)
 	if err := svcExpect("beta's last word", old, 0, err); err != nil {
 		return err
 	}
@@ -391,13 +392,13 @@ func svcRound(ctx context.Context, addr string, i int, checkAllocs bool) (err er
 			want error
 		}{what, err, want})
 	}
-	_, e := alpha.FetchAndOp(ctx, 1, 4, op.Sum)
+	_, e := rma.FetchAndOp(ctx, alpha, int64(1), 4, op.Sum)
 	refuse("FetchAndOp at 4", e, win.ErrAlignment)
-	_, e = alpha.CompareAndSwap(ctx, 0, 1, 12)
+	_, e = rma.CompareAndSwap(ctx, alpha, int64(0), int64(1), 12)
 	refuse("CompareAndSwap at 12", e, win.ErrAlignment)
-	_, e = alpha.FetchAndOp(ctx, 1, svcAlpha, op.Sum)
+	_, e = rma.FetchAndOp(ctx, alpha, int64(1), svcAlpha, op.Sum)
 	refuse("FetchAndOp at the end", e, win.ErrOutOfWindow)
-	_, e = alpha.FetchAndOp(ctx, 1, -8, op.Sum)
+	_, e = rma.FetchAndOp(ctx, alpha, int64(1), -8, op.Sum)
 	refuse("FetchAndOp at -8", e, win.ErrOutOfWindow)
 	refuse("Put across the end", alpha.Put(ctx, make([]byte, 16), svcAlpha-8), win.ErrOutOfWindow)
 	refuse("Get at -1", alpha.Get(ctx, make([]byte, 1), -1), win.ErrOutOfWindow)
@@ -405,7 +406,7 @@ func svcRound(ctx context.Context, addr string, i int, checkAllocs bool) (err er
 	refuse("Open(gamma)", e, service.ErrUnknownWindow)
 	_, e = cl.Open(ctx, "")
 	refuse("Open(\"\")", e, win.ErrInvalid)
-	_, e = alpha.FetchAndOp(ctx, 1, 0, op.Maxloc)
+	_, e = rma.FetchAndOp(ctx, alpha, int64(1), 0, op.Maxloc)
 	refuse("FetchAndOp(MAXLOC) on int64", e, op.ErrOpDatatype)
 	for _, r := range refusals {
 		if !errors.Is(r.err, r.want) {
@@ -417,7 +418,7 @@ func svcRound(ctx context.Context, addr string, i int, checkAllocs bool) (err er
 			fmt.Printf("refused: %s: %v\n", r.what, r.err)
 		}
 	}
-	old, err = alpha.FetchAndOp(ctx, 0, 0, op.NoOp)
+	old, err = rma.FetchAndOp(ctx, alpha, int64(0), 0, op.NoOp)
 	if err := svcExpect("NO_OP after the refusals", old, 42, err); err != nil {
 		return err
 	}
@@ -439,9 +440,9 @@ func svcRound(ctx context.Context, addr string, i int, checkAllocs bool) (err er
 		runtime.MemProfileRate = 1
 		before := allocProfile()
 		allocs := testing.AllocsPerRun(50, func() {
-			_, e1 := alpha.FetchAndOp(bg, 1, 8, op.Sum)
-			_, e2 := alpha.FetchAndOp(bg, 5, 8, op.Max)
-			_, e3 := alpha.CompareAndSwap(bg, 0, 0, 16)
+			_, e1 := rma.FetchAndOp(bg, alpha, int64(1), 8, op.Sum)
+			_, e2 := rma.FetchAndOp(bg, alpha, int64(5), 8, op.Max)
+			_, e3 := rma.CompareAndSwap(bg, alpha, int64(0), int64(0), 16)
 			e4 := alpha.Put(bg, small, 24)
 			e5 := alpha.Get(bg, small, 24)
 			e6 := alpha.Lock(bg, win.LockExclusive)
@@ -465,7 +466,7 @@ func svcRound(ctx context.Context, addr string, i int, checkAllocs bool) (err er
 	if err := cl.Close(); !errors.Is(err, service.ErrClosed) {
 		return fmt.Errorf("second close: %v, want ErrClosed", err)
 	}
-	if _, err := alpha.FetchAndOp(ctx, 1, 0, op.Sum); !errors.Is(err, service.ErrClosed) {
+	if _, err := rma.FetchAndOp(ctx, alpha, int64(1), 0, op.Sum); !errors.Is(err, service.ErrClosed) {
 		return fmt.Errorf("FetchAndOp after close: %v, want ErrClosed", err)
 	}
 	return nil
@@ -558,7 +559,7 @@ func svcMany(ctx context.Context, addr string) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			olds[i], errs[i] = w.FetchAndOp(ctx, 1, 0, op.Sum)
+			olds[i], errs[i] = rma.FetchAndOp(ctx, w, int64(1), 0, op.Sum)
 		}()
 	}
 	wg.Wait()
@@ -792,7 +793,7 @@ func svcRestart(ctx context.Context, addr string) error {
 	if err != nil {
 		return err
 	}
-	if old, err := w.FetchAndOp(ctx, 5, 0, op.Sum); err != nil || old != 0 {
+	if old, err := rma.FetchAndOp(ctx, w, int64(5), 0, op.Sum); err != nil || old != 0 {
 		return fmt.Errorf("first FetchAndOp: %d, %v; want 0", old, err)
 	}
 	if err := svcWrite("ready", ""); err != nil {
@@ -804,13 +805,13 @@ func svcRestart(ctx context.Context, addr string) error {
 	cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	t0 := time.Now()
-	_, err = w.FetchAndOp(cctx, 1, 0, op.Sum)
+	_, err = rma.FetchAndOp(cctx, w, int64(1), 0, op.Sum)
 	fmt.Printf("call after the kill: %v after %v\n", err, time.Since(t0))
 	fmt.Printf("lost_after_ms=%d\n", time.Since(t0).Milliseconds())
 	if !errors.Is(err, verbs.ErrPeerLost) {
 		return fmt.Errorf("call to a killed server: %v, want ErrPeerLost", err)
 	}
-	if _, err := w.FetchAndOp(cctx, 1, 0, op.Sum); !errors.Is(err, verbs.ErrPeerLost) {
+	if _, err := rma.FetchAndOp(cctx, w, int64(1), 0, op.Sum); !errors.Is(err, verbs.ErrPeerLost) {
 		return fmt.Errorf("second call to a killed server: %v, want ErrPeerLost", err)
 	}
 	if err := w.Put(cctx, make([]byte, 8), 0); !errors.Is(err, verbs.ErrPeerLost) {
@@ -833,7 +834,7 @@ func svcRestart(ctx context.Context, addr string) error {
 	if err != nil {
 		return err
 	}
-	if old, err := w2.FetchAndOp(ctx, 1, 0, op.Sum); err != nil || old != 0 {
+	if old, err := rma.FetchAndOp(ctx, w2, int64(1), 0, op.Sum); err != nil || old != 0 {
 		return fmt.Errorf("FetchAndOp on the restarted server: %d, %v; want 0 (fresh memory)", old, err)
 	}
 	// The server closes (Server.Close) while this client is connected.
@@ -844,7 +845,7 @@ func svcRestart(ctx context.Context, addr string) error {
 		return err
 	}
 	t0 = time.Now()
-	_, err = w2.FetchAndOp(cctx, 1, 0, op.Sum)
+	_, err = rma.FetchAndOp(cctx, w2, int64(1), 0, op.Sum)
 	fmt.Printf("call after Server.Close: %v after %v\n", err, time.Since(t0))
 	if !errors.Is(err, verbs.ErrPeerLost) {
 		return fmt.Errorf("call to a closed server: %v, want ErrPeerLost", err)
@@ -865,7 +866,7 @@ func svcScale(ctx context.Context, addr string) error {
 		for _, c := range cls {
 			w, err := c.Open(ctx, "counter")
 			if err == nil {
-				_, err = w.FetchAndOp(ctx, 1, 0, op.Sum)
+				_, err = rma.FetchAndOp(ctx, w, int64(1), 0, op.Sum)
 			}
 			if err != nil {
 				return err
@@ -1243,7 +1244,7 @@ func svcFrozenClient(ctx context.Context, addr string) error {
 	if err != nil {
 		return err
 	}
-	if old, err := w.FetchAndOp(ctx, 3, 0, op.Sum); err != nil || old != 0 {
+	if old, err := rma.FetchAndOp(ctx, w, int64(3), 0, op.Sum); err != nil || old != 0 {
 		return fmt.Errorf("FetchAndOp before the freeze: %d, %v; want 0", old, err)
 	}
 	if err := svcWrite("opened", ""); err != nil {
@@ -1255,7 +1256,7 @@ func svcFrozenClient(ctx context.Context, addr string) error {
 	cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	t0 := time.Now()
-	_, err = w.FetchAndOp(cctx, 1, 0, op.Sum)
+	_, err = rma.FetchAndOp(cctx, w, int64(1), 0, op.Sum)
 	fmt.Printf("call to the frozen server: %v after %v\n", err, time.Since(t0))
 	fmt.Printf("lost_after_ms=%d\n", time.Since(t0).Milliseconds())
 	if !errors.Is(err, verbs.ErrPeerLost) {

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/onesided/rma"
 	"github.com/onesided/rma/datatype"
 	"github.com/onesided/rma/group"
 	"github.com/onesided/rma/op"
@@ -265,7 +266,7 @@ func lossyClient(ctx context.Context, addr string) error {
 		return err
 	}
 	for i := 0; i < lossyIters; i++ {
-		if old, err := c.FetchAndOp(ctx, 1, 0, op.Sum); err != nil || old != int64(i) {
+		if old, err := rma.FetchAndOp(ctx, c, int64(1), 0, op.Sum); err != nil || old != int64(i) {
 			return fmt.Errorf("FetchAndOp %d: %d, %v", i, old, err)
 		}
 		if err := c.Accumulate(ctx, datatype.AsBytes([]float64{1}), datatype.Float64, 64, op.Sum); err != nil {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/onesided/rma"
 	"github.com/onesided/rma/op"
 	"github.com/onesided/rma/service"
 	"github.com/onesided/rma/verbs"
@@ -112,11 +113,11 @@ func twoHostProbeClient(ctx context.Context, secret []byte) error {
 	if err := w.Lock(ctx, win.LockExclusive); err != nil {
 		return err
 	}
-	if _, err := w.FetchAndOp(ctx, 1, 0, op.Sum); err != nil {
+	if _, err := rma.FetchAndOp(ctx, w, int64(1), 0, op.Sum); err != nil {
 		return err
 	}
 	time.Sleep(5 * time.Second)
-	v, err := w.FetchAndOp(ctx, 1, 0, op.Sum)
+	v, err := rma.FetchAndOp(ctx, w, int64(1), 0, op.Sum)
 	if err != nil {
 		return fmt.Errorf("FetchAndOp after the duplicated probes: %w", err)
 	}

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/onesided/rma"
 )
 
 // Assert is a set of MPI assertions on an epoch call (MPI_MODE_*). Each call
@@ -27,12 +29,12 @@ const (
 	NoSucceed                    // MPI_MODE_NOSUCCEED
 )
 
-// LockType is a passive-target lock's kind.
-type LockType int
+// LockType is a passive-target lock's kind (rma.LockType).
+type LockType = rma.LockType
 
 const (
-	LockShared    LockType = iota + 1 // MPI_LOCK_SHARED
-	LockExclusive                     // MPI_LOCK_EXCLUSIVE
+	LockShared    = rma.LockShared    // MPI_LOCK_SHARED
+	LockExclusive = rma.LockExclusive // MPI_LOCK_EXCLUSIVE
 )
 
 // Per-target access state bits.

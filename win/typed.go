@@ -2,114 +2,47 @@ package win
 
 import (
 	"context"
-	"fmt"
-	"sync"
-	"unsafe"
 
+	"github.com/onesided/rma"
 	"github.com/onesided/rma/datatype"
 	"github.com/onesided/rma/op"
 )
 
-// scratch holds the operands and result of a typed call, so that no Go
-// value of the caller's escapes to the heap (the engine route keeps the
-// result buffer until the reply comes).
-type scratch [3][16]byte
+// The typed calls of a group window are those of package rma on the
+// window's view of the target rank (Window.Target).
 
-var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
-
-// FetchAndOp is Window.FetchAndOp on a Go value: it applies o with operand v
-// to the element of type T at target's disp and returns the old value.
+// FetchAndOp is rma.FetchAndOp on target: it applies o with operand v to
+// the element of type T at target's disp and returns the old value.
 func FetchAndOp[T datatype.Scalar](ctx context.Context, w *Window, v T, target, disp int, o op.Op) (T, error) {
-	s := scratchPool.Get().(*scratch)
-	n := int(unsafe.Sizeof(v))
-	*(*T)(unsafe.Pointer(&s[0])) = v
-	err := w.FetchAndOp(ctx, s[0][:n], s[1][:n], datatype.Of[T](), target, disp, o)
-	old := result[T](s[1][:n], err)
-	scratchPool.Put(s)
-	return old, err
+	return rma.FetchAndOp(ctx, w.Target(target), v, disp, o)
 }
 
-// CompareAndSwap is Window.CompareAndSwap on Go values: it stores swap at
-// target's disp if the element there equals compare, and returns the old value.
+// CompareAndSwap is rma.CompareAndSwap on target: it stores swap at
+// target's disp if the element there equals compare, and returns the old
+// value.
 func CompareAndSwap[T datatype.Scalar](ctx context.Context, w *Window, compare, swap T, target, disp int) (T, error) {
-	s := scratchPool.Get().(*scratch)
-	n := int(unsafe.Sizeof(swap))
-	*(*T)(unsafe.Pointer(&s[0])) = swap
-	*(*T)(unsafe.Pointer(&s[1])) = compare
-	err := w.CompareAndSwap(ctx, s[0][:n], s[1][:n], s[2][:n], datatype.Of[T](), target, disp)
-	old := result[T](s[2][:n], err)
-	scratchPool.Put(s)
-	return old, err
+	return rma.CompareAndSwap(ctx, w.Target(target), compare, swap, disp)
 }
 
-// result is the value a typed call returns: the T in b (a bool byte other
-// than 0 and 1 reads as true), or T's zero value if the call failed (b
-// then holds whatever an earlier call left in the scratch buffer).
-func result[T datatype.Scalar](b []byte, err error) T {
-	var v T
-	if err == nil {
-		if datatype.Of[T]() == datatype.Bool && b[0] > 1 {
-			b[0] = 1
-		}
-		v = *(*T)(unsafe.Pointer(&b[0]))
-	}
-	return v
-}
-
-// PutSlice is Window.Put on Go values: it writes the elements of origin to
+// PutSlice is rma.PutSlice on target: it writes the elements of origin to
 // target's window from displacement disp on (in the target's displacement
-// units), in host byte order. Like Put, it returns once origin may be
-// reused; a flush or the end of the epoch completes it at the target.
+// units), in host byte order.
 func PutSlice[T datatype.Element](ctx context.Context, w *Window, origin []T, target, disp int) error {
-	return w.Put(ctx, datatype.AsBytes(origin), target, disp)
+	return rma.PutSlice(ctx, w.Target(target), origin, disp)
 }
 
-// GetSlice is Window.Get on Go values: it reads len(result) elements of
-// type T from target's window at disp into result, and returns when they
-// are there. For bool, a byte other than 0 and 1 in the window reads as
-// true (as C converts it).
+// GetSlice is rma.GetSlice on target: it reads len(result) elements of
+// type T from target's window at disp into result.
 func GetSlice[T datatype.Element](ctx context.Context, w *Window, result []T, target, disp int) error {
-	err := w.Get(ctx, datatype.AsBytes(result), target, disp)
-	fixBools(result)
-	return err
+	return rma.GetSlice(ctx, w.Target(target), result, disp)
 }
 
-// AccumulateSlice is Window.Accumulate on Go values: each element of
-// target's window from disp on becomes target o origin (origin o target
-// for a user-defined op), atomically per element, for the len(origin)
-// elements of origin, with T's datatype
-// (datatype.Of). It returns once origin may be reused.
+// AccumulateSlice is rma.AccumulateSlice on target.
 func AccumulateSlice[T datatype.Element](ctx context.Context, w *Window, origin []T, target, disp int, o op.Op) error {
-	return w.Accumulate(ctx, datatype.AsBytes(origin), datatype.Of[T](), target, disp, o)
+	return rma.AccumulateSlice(ctx, w.Target(target), origin, disp, o)
 }
 
-// GetAccumulateSlice is Window.GetAccumulate on Go values: it applies o
-// with origin to len(result) elements of target's window at disp and
-// returns their old values in result. origin must have len(result)
-// elements, except for op.NoOp, which ignores it (it may be nil). It
-// returns when result holds the old values; bools read as in GetSlice.
+// GetAccumulateSlice is rma.GetAccumulateSlice on target.
 func GetAccumulateSlice[T datatype.Element](ctx context.Context, w *Window, origin, result []T, target, disp int, o op.Op) error {
-	if o != op.NoOp && len(origin) != len(result) {
-		return fmt.Errorf("%w: GetAccumulateSlice with %d origin and %d result elements", ErrInvalid, len(origin), len(result))
-	}
-	if o == op.NoOp {
-		origin = nil
-	}
-	err := w.GetAccumulate(ctx, datatype.AsBytes(origin), datatype.AsBytes(result), datatype.Of[T](), target, disp, o)
-	fixBools(result)
-	return err
-}
-
-// fixBools makes every element of a []bool that was filled from window
-// memory a valid Go bool: a byte other than 0 becomes true.
-func fixBools[T datatype.Element](s []T) {
-	if datatype.Of[T]() != datatype.Bool {
-		return
-	}
-	b := datatype.AsBytes(s)
-	for i := range b {
-		if b[i] > 1 {
-			b[i] = 1
-		}
-	}
+	return rma.GetAccumulateSlice(ctx, w.Target(target), origin, result, disp, o)
 }

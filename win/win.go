@@ -29,7 +29,7 @@ var (
 	// (fallback.ErrOutOfWindow, a target's refusal, matches it too).
 	ErrOutOfWindow = errs.ErrOutOfWindow
 	// ErrAlignment: a NIC atomic's target is not 8-byte aligned.
-	ErrAlignment = errors.New("win: misaligned atomic target")
+	ErrAlignment = errs.ErrAlignment
 	// ErrInvalid: a bad argument (buffer length, negative size, ...). The
 	// ErrInvalid of packages verbs, datatype, op and coll match it too.
 	ErrInvalid = errs.ErrInvalid
@@ -37,7 +37,7 @@ var (
 	ErrNotSupported = verbs.ErrNotSupported
 	// ErrEpoch: the call needs a synchronisation epoch that is not open,
 	// or opens one that conflicts with an open one.
-	ErrEpoch = errors.New("win: wrong synchronization epoch")
+	ErrEpoch = errs.ErrEpoch
 	// ErrFreed: the window was freed.
 	ErrFreed = errors.New("win: window freed")
 	// ErrPeerLost: the target process is gone (it stopped answering for
@@ -148,6 +148,7 @@ type Window struct {
 	size     int
 	dispUnit int
 	remote   []target
+	views    []Target // Target(rank)
 	policy   atomics.Policy
 	access   verbs.Access // remote rights of the window's memory registrations
 	pin      runtime.Pinner
@@ -295,6 +296,10 @@ func create(ctx context.Context, g *group.Group, flavor Flavor, mem []byte, size
 	// options that do not agree, whatever the order of the ranks.
 	var mismatch error
 	w.remote = make([]target, len(all))
+	w.views = make([]Target, len(all))
+	for r := range w.views {
+		w.views[r] = Target{w, r}
+	}
 	for r, b := range all {
 		if len(b) != targetInfoSize {
 			return nil, errors.Join(failed, fmt.Errorf("win: rank %d sent %d bytes of window info", r, len(b)))

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/onesided/rma"
 	"github.com/onesided/rma/op"
 	"github.com/onesided/rma/service"
 	"github.com/onesided/rma/verbs"
@@ -329,9 +330,9 @@ func (s *svcBench) latency(ctx context.Context, b *bench, kase string, n int) (r
 		var old int64
 		var err error
 		if kase == svcFetchAndOp {
-			old, err = w.FetchAndOp(ctx, 1, svcDispCounter, op.Sum)
+			old, err = rma.FetchAndOp(ctx, w, int64(1), svcDispCounter, op.Sum)
 		} else {
-			old, err = w.CompareAndSwap(ctx, next, next+1, svcDispCAS)
+			old, err = rma.CompareAndSwap(ctx, w, int64(next), int64(next+1), svcDispCAS)
 		}
 		switch {
 		case err != nil:
@@ -403,7 +404,7 @@ func (s *svcBench) rate(ctx context.Context, b *bench, kase string, n, conns int
 	// Warm up every connection, the first with the case's warm-up.
 	for i, w := range wins {
 		for j := 0; j < max(1, b.c.warmup/conns); j++ {
-			if _, err := w.FetchAndOp(ctx, 1, svcDispCounter, op.Sum); err != nil {
+			if _, err := rma.FetchAndOp(ctx, w, int64(1), svcDispCounter, op.Sum); err != nil {
 				return result{}, fmt.Errorf("client %d: %w", i, err)
 			}
 		}
@@ -423,7 +424,7 @@ func (s *svcBench) rate(ctx context.Context, b *bench, kase string, n, conns int
 			<-begin
 			prev := int64(-1)
 			for j := 0; j < count; j++ {
-				old, err := w.FetchAndOp(ctx, 1, svcDispCounter, op.Sum)
+				old, err := rma.FetchAndOp(ctx, w, int64(1), svcDispCounter, op.Sum)
 				if err == nil && old <= prev {
 					err = fmt.Errorf("FetchAndOp returned %d after %d", old, prev)
 				}
@@ -485,7 +486,7 @@ func (s *svcBench) connect(ctx context.Context, b *bench, dials int) (result, er
 		if err != nil {
 			return result{}, fmt.Errorf("dial %d: %w", i+1, err)
 		}
-		old, err := w.FetchAndOp(ctx, 1, svcDispConnect, op.Sum)
+		old, err := rma.FetchAndOp(ctx, w, int64(1), svcDispConnect, op.Sum)
 		lat[i] = time.Since(t)
 		if cerr := cl.Close(); err == nil {
 			err = cerr

@@ -73,6 +73,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/onesided/rma"
 	"github.com/onesided/rma/op"
 	"github.com/onesided/rma/service"
 	"github.com/onesided/rma/verbs"
@@ -328,19 +329,19 @@ func client(f clientFlags, secret []byte) error {
 	}
 	capacity := int64((w.Size() - slotBase) / 8)
 	for taken := 0; (f.n == 0 || taken < f.n) && !stopping.Load(); {
-		id, err := w.FetchAndOp(ctx, 1, wordNext, op.Sum)
+		id, err := rma.FetchAndOp(ctx, w, int64(1), wordNext, op.Sum)
 		if err != nil {
 			return err
 		}
 		if id >= capacity {
 			break // every id is handed out
 		}
-		old, err := w.CompareAndSwap(ctx, 0, f.tag, slotBase+8*int(id))
+		old, err := rma.CompareAndSwap(ctx, w, int64(0), int64(f.tag), slotBase+8*int(id))
 		if err != nil {
 			return err
 		}
 		if old != 0 {
-			if _, err := w.FetchAndOp(ctx, 1, wordDups, op.Sum); err != nil {
+			if _, err := rma.FetchAndOp(ctx, w, int64(1), wordDups, op.Sum); err != nil {
 				return err
 			}
 			return fmt.Errorf("id %d was handed out twice: its slot holds tag %d already", id, old)

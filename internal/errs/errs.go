@@ -17,6 +17,11 @@ var (
 	ErrOutOfWindow = errors.New("rma: target region outside the window")
 	// ErrUnknownWindow: no window of that name or id.
 	ErrUnknownWindow = errors.New("rma: unknown window")
+	// ErrAlignment: a NIC atomic's target is not 8-byte aligned.
+	ErrAlignment = errors.New("rma: misaligned atomic target")
+	// ErrEpoch: the call needs a synchronisation epoch that is not open,
+	// or opens one that conflicts with an open one.
+	ErrEpoch = errors.New("rma: wrong synchronization epoch")
 )
 
 // Refine returns a sentinel with the message msg that matches shared.

@@ -1,0 +1,203 @@
+//go:build integration
+
+package test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/onesided/rma"
+	"github.com/onesided/rma/datatype"
+	"github.com/onesided/rma/group"
+	"github.com/onesided/rma/op"
+	"github.com/onesided/rma/service"
+	"github.com/onesided/rma/win"
+)
+
+// The contract (package rma) checked once and run on both modes: a group
+// window's view of another rank (TestContractGroup) and a service window
+// (TestContractService).
+
+func init() {
+	workers["contract"] = workContract
+	svcModes["contract"] = svcContract
+}
+
+// contractBytes is the region of the window that contractCalls uses, from
+// its base.
+const contractBytes = 256
+
+// contractCalls exercises every call of rma.Window on w's bytes base to
+// base+contractBytes (nobody else uses them), through the typed helpers
+// where they exist, and checks exact results: Lock, PutSlice and
+// GetSlice, FetchAndOp on int64 (the NIC) and int32 (the engine),
+// CompareAndSwap, AccumulateSlice and GetAccumulateSlice on float64, the
+// request forms, and the cancellation rule of Request.Wait (a Wait whose
+// context has ended abandons the call: it returns the context's error,
+// Test then reports it, and the result buffer is not written afterwards).
+func contractCalls(ctx context.Context, w rma.Window, base int) error {
+	if err := w.Lock(ctx, rma.LockExclusive); err != nil {
+		return fmt.Errorf("Lock: %w", err)
+	}
+	if err := w.Lock(ctx, rma.LockShared); !errors.Is(err, rma.ErrEpoch) {
+		return fmt.Errorf("Lock while holding the lock: %v, want rma.ErrEpoch", err)
+	}
+	i64 := []int64{10, -20, 1 << 40, 0}
+	if err := rma.PutSlice(ctx, w, i64, base); err != nil {
+		return fmt.Errorf("PutSlice: %w", err)
+	}
+	if err := w.Flush(ctx); err != nil {
+		return fmt.Errorf("Flush: %w", err)
+	}
+	got := make([]int64, len(i64))
+	if err := rma.GetSlice(ctx, w, got, base); err != nil || !equalI64(got, i64) {
+		return fmt.Errorf("GetSlice after PutSlice: %v, %v; want %v", got, err, i64)
+	}
+	if old, err := rma.FetchAndOp(ctx, w, int64(5), base, op.Sum); old != 10 || err != nil {
+		return fmt.Errorf("FetchAndOp(SUM, int64): %d, %v; want 10", old, err)
+	}
+	if old, err := rma.CompareAndSwap(ctx, w, int64(-20), 7, base+8); old != -20 || err != nil {
+		return fmt.Errorf("CompareAndSwap(int64, match): %d, %v; want -20", old, err)
+	}
+	if old, err := rma.CompareAndSwap(ctx, w, int64(-20), 9, base+8); old != 7 || err != nil {
+		return fmt.Errorf("CompareAndSwap(int64, no match): %d, %v; want 7", old, err)
+	}
+	if old, err := rma.FetchAndOp(ctx, w, int32(3), base+24, op.Sum); old != 0 || err != nil {
+		return fmt.Errorf("FetchAndOp(SUM, int32): %d, %v; want 0", old, err)
+	}
+	if old, err := rma.FetchAndOp(ctx, w, int32(0), base+24, op.NoOp); old != 3 || err != nil {
+		return fmt.Errorf("FetchAndOp(NO_OP, int32): %d, %v; want 3", old, err)
+	}
+	if _, err := rma.FetchAndOp(ctx, w, int64(1), base+4, op.Sum); !errors.Is(err, rma.ErrAlignment) {
+		return fmt.Errorf("FetchAndOp(SUM, int64) misaligned: %v, want rma.ErrAlignment", err)
+	}
+	f64 := []float64{1.5, -2, 1e10}
+	if err := rma.PutSlice(ctx, w, f64, base+32); err != nil {
+		return err
+	}
+	if err := rma.AccumulateSlice(ctx, w, []float64{1, 1, 1}, base+32, op.Sum); err != nil {
+		return fmt.Errorf("AccumulateSlice(SUM, float64): %w", err)
+	}
+	oldf := make([]float64, 3)
+	if err := rma.GetAccumulateSlice(ctx, w, []float64{0, 0, 0}, oldf, base+32, op.Max); err != nil {
+		return fmt.Errorf("GetAccumulateSlice(MAX, float64): %w", err)
+	}
+	if want := []float64{2.5, -1, 1e10 + 1}; !equalF64(oldf, want) {
+		return fmt.Errorf("GetAccumulateSlice(MAX) old values %v, want %v", oldf, want)
+	}
+	// The request forms.
+	pat := svcPattern(64, base)
+	r, err := w.RPut(ctx, pat, base+64)
+	if err == nil {
+		err = r.Wait(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("RPut: %w", err)
+	}
+	dst := make([]byte, 64)
+	if r, err = w.RGet(ctx, dst, base+64); err == nil {
+		err = r.Wait(ctx)
+	}
+	if err != nil || string(dst) != string(pat) {
+		return fmt.Errorf("RGet after RPut: %x, %v; want %x", dst, err, pat)
+	}
+	if r, err = w.RAccumulate(ctx, datatype.AsBytes([]float64{10}), datatype.Float64, base+32, op.Sum); err == nil {
+		err = r.Wait(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("RAccumulate: %w", err)
+	}
+	res := make([]float64, 1)
+	if r, err = w.RGetAccumulate(ctx, nil, datatype.AsBytes(res), datatype.Float64, base+32, op.NoOp); err == nil {
+		err = r.Wait(ctx)
+	}
+	if err != nil || res[0] != 12.5 {
+		return fmt.Errorf("RGetAccumulate(NO_OP) after RAccumulate: %v, %v; want 12.5", res[0], err)
+	}
+	// A Wait whose context has ended abandons the call.
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	clear(dst)
+	if r, err = w.RGet(ctx, dst, base+64); err != nil {
+		return fmt.Errorf("RGet: %w", err)
+	}
+	if err := r.Wait(ended); !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("Wait with an ended context: %v, want context.Canceled", err)
+	}
+	if done, err := r.Test(); !done || !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("Test of an abandoned request: %v, %v; want true, context.Canceled", done, err)
+	}
+	if err := w.Flush(ctx); err != nil {
+		return fmt.Errorf("Flush after an abandoned RGet: %w", err)
+	}
+	if string(dst) != string(make([]byte, 64)) {
+		return fmt.Errorf("an abandoned RGet wrote its result buffer: %x", dst)
+	}
+	if err := w.Unlock(ctx); err != nil {
+		return fmt.Errorf("Unlock: %w", err)
+	}
+	if err := w.Unlock(ctx); !errors.Is(err, rma.ErrEpoch) {
+		return fmt.Errorf("Unlock without the lock: %v, want rma.ErrEpoch", err)
+	}
+	return nil
+}
+
+// workContract (2 ranks): each rank runs contractCalls on the other's
+// window through win.Window.Target.
+func workContract(ctx context.Context, g *group.Group) error {
+	w, err := win.Allocate(ctx, g, 2*contractBytes, 1)
+	if err != nil {
+		return err
+	}
+	me := g.Rank()
+	if err := contractCalls(ctx, w.Target(1-me), contractBytes*me); err != nil {
+		return fmt.Errorf("on rank %d's window: %w", 1-me, err)
+	}
+	if err := g.Barrier(ctx); err != nil {
+		return err
+	}
+	if err := w.Free(ctx); err != nil {
+		return err
+	}
+	fmt.Println("contract=ok")
+	return nil
+}
+
+func TestContractGroup(t *testing.T) {
+	l := newLaunch(t, "contract", 2)
+	finished(t, l.run(2*time.Minute), "contract")
+}
+
+// svcContract runs contractCalls on window alpha of the server, on its
+// last contractBytes.
+func svcContract(ctx context.Context, addr string) error {
+	cl, err := service.Dial(ctx, addr, svcConfig())
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	alpha, err := cl.Open(ctx, "alpha")
+	if err != nil {
+		return err
+	}
+	if err := contractCalls(ctx, alpha, svcAlpha-contractBytes); err != nil {
+		return err
+	}
+	fmt.Println("contract=ok")
+	return nil
+}
+
+func TestContractService(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s := newSvcTest(t, ctx)
+	srv, addr := s.server("server", 0)
+	out := s.client("client", addr, "contract").wait(t, false)
+	s.stop(srv)
+	if v := value(t, out, "contract"); v != "ok" {
+		t.Errorf("contract=%s", v)
+	}
+}
