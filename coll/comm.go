@@ -11,6 +11,7 @@ import (
 	"github.com/onesided/rma/group"
 	"github.com/onesided/rma/internal/errs"
 	"github.com/onesided/rma/internal/fabric"
+	"github.com/onesided/rma/internal/grouphooks"
 	"github.com/onesided/rma/win"
 )
 
@@ -237,7 +238,7 @@ func (m *winMemory) putWord(ctx context.Context, v uint64, peer, off int) error 
 
 func (m *winMemory) alive(peer int) error {
 	g := m.w.Group()
-	return fabric.OfGroup(g).PeerErr(g.FabricRank(peer))
+	return fabric.OfGroup(g).PeerErr(grouphooks.FabricRank(g, peer))
 }
 
 func (m *winMemory) close(ctx context.Context) error {

@@ -31,8 +31,7 @@
 // the group. A subgroup reuses its parent's RDMA connections, engine and
 // failure detection; it has its own out-of-band connections for its
 // collectives, so that windows on it (and their creation, fences and Free)
-// involve its ranks only. FabricRank translates its ranks into the ranks
-// of the connections.
+// involve its ranks only.
 //
 // Errors: ErrAuth (secret missing or rejected), ErrRankTaken, ErrConfig,
 // ErrPeerLost (a member lost: collectives, Split included, fail with it at

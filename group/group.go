@@ -14,6 +14,7 @@ import (
 	"github.com/onesided/rma/fallback"
 	"github.com/onesided/rma/internal/bootstrap"
 	"github.com/onesided/rma/internal/fabric"
+	"github.com/onesided/rma/internal/grouphooks"
 	"github.com/onesided/rma/internal/procs"
 	"github.com/onesided/rma/verbs"
 )
@@ -429,20 +430,19 @@ func lostAmong(src lossSource, world []int, n int, left bool) error {
 func (g *Group) Path() verbs.Path { return g.fab.Path() }
 
 // The packages of this module reach the group's RDMA connections through
-// fabric.OfGroup: their type is internal, so no exported method returns it.
-func init() { fabric.OfGroup = func(g any) *fabric.Fabric { return g.(*Group).fab } }
+// fabric.OfGroup, and its engine, window ids and ranks through
+// grouphooks: their types are internal, or they are plumbing, so no
+// exported method returns them.
+func init() {
+	fabric.OfGroup = func(g any) *fabric.Fabric { return g.(*Group).fab }
+	grouphooks.Engine = func(g any) (*fallback.Target, *fallback.Client) { return g.(*Group).target, g.(*Group).client }
+	grouphooks.NextWindowID = func(g any) uint32 { return g.(*Group).nextWindowID() }
+	grouphooks.FabricRanks = func(g any) []int { return g.(*Group).world }
+}
 
-// Engine gives the packages of this module the group's active-message
-// target (which applies other ranks' accumulates, and their Puts and Gets
-// of many small blocks when they pack them) and client (which tracks
-// this rank's).
-func (g *Group) Engine() (*fallback.Target, *fallback.Client) { return g.target, g.client }
-
-// NextWindowID hands out window ids; windows are created collectively in
-// the same order on every rank, so every rank gives a window the same id.
-// The ids of a subgroup's windows carry the subgroup's serial number, so
-// they differ from those of every other group of the process.
-func (g *Group) NextWindowID() uint32 {
+// nextWindowID is grouphooks.NextWindowID. The ids of a subgroup's windows
+// carry the subgroup's serial number.
+func (g *Group) nextWindowID() uint32 {
 	const mask = 1<<windowBits - 1
 	n := g.windows.Add(1)
 	for n&mask == 0 {

@@ -236,8 +236,8 @@ func subgroups(t *testing.T) ([]*Group, []*fakeLoss) {
 		}
 	})
 	for r, s := range subs {
-		if s.Size() != 2 || s.FabricRank(0) != r%2 || s.FabricRank(1) != r%2+2 {
-			t.Fatalf("rank %d: subgroup of %d ranks %v", r, s.Size(), s.FabricRanks())
+		if s.Size() != 2 || s.fabricRank(0) != r%2 || s.fabricRank(1) != r%2+2 {
+			t.Fatalf("rank %d: subgroup of %d ranks %v", r, s.Size(), s.world)
 		}
 	}
 	return subs, losses

@@ -76,7 +76,7 @@ func (g *Group) Split(ctx context.Context, color, key int) (*Group, error) {
 	sub := -1
 	world := make([]int, len(members))
 	for i, m := range members {
-		world[i] = g.FabricRank(m.rank)
+		world[i] = g.fabricRank(m.rank)
 		if m.rank == g.Rank() {
 			sub = i
 		}
@@ -231,16 +231,11 @@ func subSecret(secret []byte, serial uint32, color int) []byte {
 	return m.Sum(nil)
 }
 
-// FabricRank translates a rank of g into the rank of the same process in
-// the group Join formed, whose RDMA connections every subgroup shares (the
-// two differ in a subgroup made by Split).
-func (g *Group) FabricRank(r int) int {
+// fabricRank translates a rank of g into the rank of the same process in
+// the group Join formed (grouphooks.FabricRank).
+func (g *Group) fabricRank(r int) int {
 	if g.world == nil {
 		return r
 	}
 	return g.world[r]
 }
-
-// FabricRanks is FabricRank for every rank of g, in rank order (nil when
-// the two rankings are the same).
-func (g *Group) FabricRanks() []int { return g.world }

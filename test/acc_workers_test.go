@@ -18,6 +18,7 @@ import (
 	"github.com/onesided/rma/atomics"
 	"github.com/onesided/rma/datatype"
 	"github.com/onesided/rma/group"
+	"github.com/onesided/rma/internal/grouphooks"
 	"github.com/onesided/rma/op"
 	"github.com/onesided/rma/win"
 )
@@ -101,7 +102,7 @@ func workAccAll(ctx context.Context, g *group.Group) error {
 		return err
 	}
 	if g.Rank() == 0 {
-		target, _ := g.Engine()
+		target, _ := grouphooks.Engine(g)
 		if n := target.Rejected(); n != 0 {
 			return fmt.Errorf("the target rejected %d messages", n)
 		}

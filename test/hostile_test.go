@@ -16,6 +16,7 @@ import (
 	"github.com/onesided/rma/fallback"
 	"github.com/onesided/rma/group"
 	"github.com/onesided/rma/internal/fabric"
+	"github.com/onesided/rma/internal/grouphooks"
 	"github.com/onesided/rma/op"
 	"github.com/onesided/rma/win"
 )
@@ -89,7 +90,7 @@ func workHostile(ctx context.Context, g *group.Group) error {
 		}
 	case 2:
 		f := fabric.OfGroup(g)
-		_, client := g.Engine()
+		_, client := grouphooks.Engine(g)
 		msgs := hostileMessages(1) // the first window of the group has id 1
 		for name, msg := range msgs {
 			credit, buf, err := f.Acquire(ctx, 0)
@@ -122,7 +123,7 @@ func workHostile(ctx context.Context, g *group.Group) error {
 		return err
 	}
 	if g.Rank() == 0 {
-		target, _ := g.Engine()
+		target, _ := grouphooks.Engine(g)
 		fmt.Printf("rejected=%d\n", target.Rejected())
 		fmt.Printf("sum=%g\n", math.Float64frombits(binary.NativeEndian.Uint64(w.Bytes())))
 		for i := 8; i < 64; i++ {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/onesided/rma/datatype"
 	"github.com/onesided/rma/group"
+	"github.com/onesided/rma/internal/grouphooks"
 	"github.com/onesided/rma/win"
 )
 
@@ -97,7 +98,7 @@ func mbResult(n int) []byte {
 func workManyBlocks(ctx context.Context, g *group.Group) error {
 	me, n := g.Rank(), g.Size()
 	next, prev := (me+1)%n, (me+n-1)%n
-	target, _ := g.Engine()
+	target, _ := grouphooks.Engine(g)
 	i32 := datatype.Int32.Type()
 	small, err := datatype.Vector(mbBlocks, mbLen, mbStride, i32)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/onesided/rma/group"
 	"github.com/onesided/rma/internal/errs"
 	"github.com/onesided/rma/internal/fabric"
+	"github.com/onesided/rma/internal/grouphooks"
 	"github.com/onesided/rma/op"
 	"github.com/onesided/rma/verbs"
 )
@@ -248,13 +249,13 @@ func validUnit(dispUnit int) error {
 // so that every rank fails the creation (the others with ErrNotCreated)
 // and the group's collectives and window ids stay in step.
 func create(ctx context.Context, g *group.Group, flavor Flavor, mem []byte, size, dispUnit int, opts []Option, failed error) (_ *Window, err error) {
-	w := &Window{g: g, f: link{f: fabric.OfGroup(g), world: g.FabricRanks()}, flavor: flavor, mem: mem, size: size, dispUnit: dispUnit, id: g.NextWindowID()}
+	w := &Window{g: g, f: link{f: fabric.OfGroup(g), world: grouphooks.FabricRanks(g)}, flavor: flavor, mem: mem, size: size, dispUnit: dispUnit, id: grouphooks.NextWindowID(g)}
 	w.cfg = config{ordered: true}
 	for _, o := range opts {
 		o(&w.cfg)
 	}
 	nic := atomics.Usable(g.DeviceAttr().AtomicCap, g.NICAtomics())
-	w.target, w.client = g.Engine()
+	w.target, w.client = grouphooks.Engine(g)
 	n := g.Size()
 	w.async = make([]fallback.Op, n)
 	w.sinks = make([]fallback.ErrorSink, n)
