@@ -384,6 +384,9 @@ func (c *Client) begin(ctx context.Context) error {
 	if c.err != nil {
 		return c.err
 	}
+	if err := ctx.Err(); err != nil {
+		return err // a call whose context has ended sends nothing
+	}
 	if c.pend != nil {
 		if err := c.finishPending(ctx); err != nil {
 			return err

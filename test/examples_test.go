@@ -85,9 +85,10 @@ func TestCounterService(t *testing.T) {
 	l.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	env := append(os.Environ(), "RMA_SECRET="+secret())
 	start := func(args ...string) (*exec.Cmd, *lockedBuf) {
 		cmd := exec.CommandContext(ctx, filepath.Join(dir, "counter"), args...)
-		cmd.Env = append(os.Environ(), "RMA_SECRET="+secret())
+		cmd.Env = env
 		out := new(lockedBuf)
 		cmd.Stdout, cmd.Stderr, cmd.WaitDelay = out, out, time.Second
 		if err := cmd.Start(); err != nil {

@@ -82,6 +82,8 @@ type target struct {
 	scale float64
 	max   float64 // 0: informational, no target
 	conns int     // package service's rate rows: the client connections
+	// goroutines: the goroutines per connection of a rate row (0: 1).
+	goroutines int
 }
 
 // Rows compared with one SEND round trip, the least an operation that goes

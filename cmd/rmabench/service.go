@@ -74,16 +74,24 @@ var svcTargets = []target{
 	{name: "service/compare_and_swap/lat", metric: metricLatency, op: opService, kase: svcCompareAndSwap, size: 8, pt: ptCmpSwap, column: "t_typical[usec]", max: 1.20},
 }
 
+// svcGoroutines is the goroutines sharing one connection in the rate row
+// of many calls in flight on one Client.
+const svcGoroutines = 16
+
 // svcExtras are its informational rows: the message rate of FetchAndOp
-// with svcConns connections (beside ib_atomic_bw's, which keeps many
-// operations in flight on one QP), and the time from Dial to the first
-// FetchAndOp's return (no perftest test).
+// with svcConns connections, and with svcGoroutines goroutines on one
+// (beside ib_atomic_bw's, which keeps many operations in flight on one
+// QP), and the time from Dial to the first FetchAndOp's return (no
+// perftest test).
 func svcExtras() []target {
 	var ts []target
 	for _, n := range svcConns {
 		ts = append(ts, target{name: svcRateName(n), metric: metricRate, op: opService, kase: svcRateKase(n), size: 8, conns: n,
 			pt: ptAtomicBW, column: "MsgRate[Mpps]"})
 	}
+	g := strconv.Itoa(svcGoroutines)
+	ts = append(ts, target{name: svcRateName(1) + g + "g", metric: metricRate, op: opService, kase: svcRateKase(1) + g + "g", size: 8, conns: 1,
+		goroutines: svcGoroutines, pt: ptAtomicBW, column: "MsgRate[Mpps]"})
 	return append(ts, target{name: "service/connect_first_op", metric: metricLatency, op: opService, kase: svcConnect, size: 8})
 }
 
@@ -306,7 +314,7 @@ func (s *svcBench) measure(ctx context.Context, b *bench, t target, iters int) (
 	case t.kase == svcConnect:
 		return s.connect(ctx, b, svcDials)
 	case t.conns > 0:
-		return s.rate(ctx, b, t.kase, iters, t.conns)
+		return s.rate(ctx, b, t.kase, iters, t.conns, max(t.goroutines, 1))
 	}
 	return result{}, fmt.Errorf("no service case %s", t.kase)
 }
@@ -368,9 +376,9 @@ func (s *svcBench) latency(ctx context.Context, b *bench, kase string, n int) (r
 }
 
 // rate runs n FetchAndOp(SUM) calls shared by conns clients, each dialed
-// on its own and driven by its own goroutine, and checks that each
-// client's old values grow.
-func (s *svcBench) rate(ctx context.Context, b *bench, kase string, n, conns int) (r result, err error) {
+// on its own and driven by per goroutines of its own, and checks that each
+// goroutine's old values grow.
+func (s *svcBench) rate(ctx context.Context, b *bench, kase string, n, conns, per int) (r result, err error) {
 	if s.err != nil {
 		return result{}, s.err
 	}
@@ -412,12 +420,13 @@ func (s *svcBench) rate(ctx context.Context, b *bench, kase string, n, conns int
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	begin := make(chan struct{})
-	for i, w := range wins {
-		count := n / conns
-		if i < n%conns {
+	errs = make([]error, conns*per)
+	for k := range conns * per {
+		i, w := k, wins[k/per]
+		count := n / (conns * per)
+		if i < n%(conns*per) {
 			count++
 		}
-		errs[i] = nil
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -429,7 +438,7 @@ func (s *svcBench) rate(ctx context.Context, b *bench, kase string, n, conns int
 					err = fmt.Errorf("FetchAndOp returned %d after %d", old, prev)
 				}
 				if err != nil {
-					errs[i] = fmt.Errorf("client %d: %w", i, err)
+					errs[i] = fmt.Errorf("goroutine %d of client %d: %w", i%per, i/per, err)
 					cancel()
 					return
 				}
@@ -448,7 +457,7 @@ func (s *svcBench) rate(ctx context.Context, b *bench, kase string, n, conns int
 		return result{}, err
 	}
 	sec := dt.Seconds()
-	return result{Name: kase, Op: "fetch_and_op", Mode: "bandwidth", Route: opService, Bytes: 8, Iterations: n, InFlight: conns,
+	return result{Name: kase, Op: "fetch_and_op", Mode: "bandwidth", Route: opService, Bytes: 8, Iterations: n, InFlight: conns * per,
 		BandwidthMBps: float64(n) * 8 / sec / (1 << 20), RateMops: float64(n) / sec / 1e6, Seconds: sec,
 		AllocsPerOp: float64(m1-m0) / float64(n)}, nil
 }

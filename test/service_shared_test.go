@@ -1,0 +1,226 @@
+//go:build integration
+
+package test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/onesided/rma"
+	"github.com/onesided/rma/datatype"
+	"github.com/onesided/rma/op"
+	"github.com/onesided/rma/service"
+)
+
+func init() { svcModes["shared"] = svcShared }
+
+const (
+	sharedGoroutines = 16
+	sharedCalls      = 200 // FetchAndOps per goroutine
+	sharedCAS        = 4   // goroutines incrementing by compare-and-swap
+	sharedCASCalls   = 50
+)
+
+// svcShared (one Client, many goroutines): sharedGoroutines goroutines do
+// sharedCalls FetchAndOp(SUM, int64) each on one counter of window
+// "counter", sharedCAS goroutines increment a second counter by
+// CompareAndSwap loops and a third by FetchAndOp(MAX) (a NIC
+// compare-and-swap loop), and one goroutine meanwhile does the client's
+// serialized calls (Put, Get, an engine Accumulate, Lock and Unlock).
+// Every old value of the first counter comes back exactly once, the
+// counters end exact, and a FetchAndOp whose context has ended returns
+// its error and sends nothing. Before, it prints the FetchAndOp rate of
+// one goroutine and of sharedGoroutines on the client.
+func svcShared(ctx context.Context, addr string) error {
+	cl, err := service.Dial(ctx, addr, svcConfig())
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	w, err := cl.Open(ctx, "counter")
+	if err != nil {
+		return err
+	}
+	alpha, err := cl.Open(ctx, "alpha")
+	if err != nil {
+		return err
+	}
+	// Phase 1: one goroutine, then sharedGoroutines, FetchAndOp alone on
+	// word 24: the rates.
+	rate := func(goroutines, calls int) (float64, error) {
+		var wg sync.WaitGroup
+		errs := make([]error, goroutines)
+		start := time.Now()
+		for g := range goroutines {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range calls {
+					if _, err := rma.FetchAndOp(ctx, w, int64(1), 24, op.Sum); err != nil {
+						errs[g] = err
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		return float64(goroutines*calls) / time.Since(start).Seconds() / 1e6, errors.Join(errs...)
+	}
+	if _, err := rate(1, 50); err != nil { // warm-up
+		return err
+	}
+	one, err := rate(1, sharedCalls)
+	if err != nil {
+		return err
+	}
+	many, err := rate(sharedGoroutines, sharedCalls/4)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("shared: FetchAndOp rate %.4f Mops from 1 goroutine, %.4f Mops from %d on one client\n", one, many, sharedGoroutines)
+	// Phase 2: everything at once.
+	const n = sharedGoroutines * sharedCalls
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+		seen  = make([]int, n)
+	)
+	fail := func(err error) {
+		mu.Lock()
+		if first == nil {
+			first = err
+		}
+		mu.Unlock()
+	}
+	start := time.Now()
+	for g := range sharedGoroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range sharedCalls {
+				old, err := rma.FetchAndOp(ctx, w, int64(1), 0, op.Sum)
+				if err != nil {
+					fail(fmt.Errorf("goroutine %d FetchAndOp %d: %w", g, k, err))
+					return
+				}
+				if old < 0 || old >= n {
+					fail(fmt.Errorf("goroutine %d FetchAndOp %d: old value %d, want 0 to %d", g, k, old, n-1))
+					return
+				}
+				mu.Lock()
+				seen[old]++
+				mu.Unlock()
+			}
+		}()
+	}
+	for g := range sharedCAS {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range sharedCASCalls {
+				cur, err := rma.FetchAndOp(ctx, w, int64(0), 8, op.NoOp)
+				for err == nil {
+					var old int64
+					if old, err = rma.CompareAndSwap(ctx, w, cur, cur+1, 8); err == nil && old == cur {
+						break
+					}
+					cur = old
+				}
+				if err == nil {
+					_, err = rma.FetchAndOp(ctx, w, int64(g*sharedCASCalls+k), 16, op.Max)
+				}
+				if err != nil {
+					fail(fmt.Errorf("compare-and-swap goroutine %d call %d: %w", g, k, err))
+					return
+				}
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		pat := svcPattern(64, 3)
+		got := make([]byte, 64)
+		for k := 0; k < 50; k++ {
+			err := alpha.Lock(ctx, rma.LockExclusive)
+			if err == nil {
+				err = alpha.Put(ctx, pat, 512)
+			}
+			if err == nil {
+				err = alpha.Get(ctx, got, 512)
+			}
+			if err == nil && string(got) != string(pat) {
+				err = fmt.Errorf("Get after Put: %x, want %x", got, pat)
+			}
+			if err == nil {
+				err = alpha.Accumulate(ctx, datatype.AsBytes([]float64{1}), datatype.Float64, 1024, op.Sum)
+			}
+			if err == nil {
+				err = alpha.Unlock(ctx)
+			}
+			if err != nil {
+				fail(fmt.Errorf("serialized call %d: %w", k, err))
+				return
+			}
+		}
+	}()
+	wg.Wait()
+	elapsed := time.Since(start)
+	if first != nil {
+		return first
+	}
+	for v, c := range seen {
+		if c != 1 {
+			return fmt.Errorf("FetchAndOp returned old value %d %d times, want once", v, c)
+		}
+	}
+	var b [24]byte
+	if err := w.Get(ctx, b[:], 0); err != nil {
+		return err
+	}
+	sum, cas, mx := binary.NativeEndian.Uint64(b[:]), binary.NativeEndian.Uint64(b[8:]), binary.NativeEndian.Uint64(b[16:])
+	var acc [8]byte
+	if err := alpha.Get(ctx, acc[:], 1024); err != nil {
+		return err
+	}
+	fmt.Printf("shared: %d FetchAndOps from %d goroutines on one client in %v (%.3f Mops); counters %d, %d, %d; engine sum %v\n",
+		n, sharedGoroutines, elapsed.Round(time.Millisecond), float64(n)/elapsed.Seconds()/1e6, sum, cas, mx, math.Float64frombits(binary.NativeEndian.Uint64(acc[:])))
+	if sum != n || cas != sharedCAS*sharedCASCalls || mx != sharedCAS*sharedCASCalls-1 {
+		return fmt.Errorf("counters %d, %d, %d; want %d, %d, %d", sum, cas, mx, n, sharedCAS*sharedCASCalls, sharedCAS*sharedCASCalls-1)
+	}
+	// A FetchAndOp whose context has ended fails with its error and sends
+	// nothing.
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := rma.FetchAndOp(ended, w, int64(1), 0, op.Sum); !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("FetchAndOp with an ended context: %v, want context.Canceled", err)
+	}
+	if err := w.Flush(ctx); err != nil {
+		return fmt.Errorf("Flush after a cancelled FetchAndOp: %w", err)
+	}
+	if err := w.Get(ctx, b[:8], 0); err != nil || binary.NativeEndian.Uint64(b[:]) != n {
+		return fmt.Errorf("the counter after a cancelled FetchAndOp: %d, %v; want %d", binary.NativeEndian.Uint64(b[:]), err, n)
+	}
+	fmt.Println("shared=ok")
+	return nil
+}
+
+// TestServiceShared: many goroutines share one Client; see svcShared.
+func TestServiceShared(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s := newSvcTest(t, ctx)
+	srv, addr := s.server("server", 0)
+	out := s.client("client", addr, "shared").wait(t, false)
+	s.stop(srv)
+	if v := value(t, out, "shared"); v != "ok" {
+		t.Errorf("shared=%s", v)
+	}
+}
