@@ -66,6 +66,11 @@ type Window interface {
 	Accumulate(ctx context.Context, origin []byte, dt datatype.Basic, disp int, o op.Op) error
 	// GetAccumulate is Accumulate that returns the old elements in result.
 	GetAccumulate(ctx context.Context, origin, result []byte, dt datatype.Basic, disp int, o op.Op) error
+	// AccumulateTo and GetAccumulateTo are Accumulate and GetAccumulate
+	// into a derived target layout; origin and result hold its elements
+	// packed in type-map order.
+	AccumulateTo(ctx context.Context, origin []byte, t Layout, o op.Op) error
+	GetAccumulateTo(ctx context.Context, origin, result []byte, t Layout, o op.Op) error
 	// FetchAndOp is GetAccumulate of one element.
 	FetchAndOp(ctx context.Context, origin, result []byte, dt datatype.Basic, disp int, o op.Op) error
 	// CompareAndSwap stores origin at disp if the element there equals
@@ -85,6 +90,14 @@ type Window interface {
 	Unlock(ctx context.Context) error
 	// Flush completes at the target every call made so far.
 	Flush(ctx context.Context) error
+}
+
+// Layout is a target layout: Count instances of Type from displacement
+// Disp (MPI's target_disp, target_count and target_datatype).
+type Layout struct {
+	Disp  int           // where instance 0 of Type begins (see Window for the unit)
+	Type  datatype.Type // the layout of one instance
+	Count int           // the number of instances
 }
 
 // Request is a call started by a request form (MPI_Request).

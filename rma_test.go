@@ -62,6 +62,40 @@ func (w *memWindow) GetAccumulate(_ context.Context, origin, result []byte, dt d
 	return op.ApplyFetch(o, dt, t, origin, result)
 }
 
+func (w *memWindow) AccumulateTo(ctx context.Context, origin []byte, t Layout, o op.Op) error {
+	return w.GetAccumulateTo(ctx, origin, nil, t, o)
+}
+
+// GetAccumulateTo applies the call element by element (result nil: no old
+// values).
+func (w *memWindow) GetAccumulateTo(_ context.Context, origin, result []byte, t Layout, o op.Op) error {
+	if err := t.Type.Fits(t.Count, int64(len(w.mem)), int64(t.Disp)); err != nil {
+		return fmt.Errorf("%w: %w", ErrOutOfWindow, err)
+	}
+	dt := t.Type.Basic()
+	es, i := dt.Size(), 0
+	var err error
+	t.Type.ForEachBlock(t.Count, func(off int64, n int) bool {
+		for ; n > 0 && err == nil; n, i, off = n-1, i+1, off+int64(es) {
+			tgt := w.mem[t.Disp+int(off) : t.Disp+int(off)+es]
+			var org []byte
+			if origin != nil {
+				org = origin[i*es : (i+1)*es]
+			}
+			switch {
+			case result != nil && o == op.NoOp:
+				copy(result[i*es:], tgt)
+			case result != nil:
+				err = op.ApplyFetch(o, dt, tgt, org, result[i*es:(i+1)*es])
+			default:
+				err = op.Apply(o, dt, tgt, org)
+			}
+		}
+		return err == nil
+	})
+	return err
+}
+
 func (w *memWindow) FetchAndOp(ctx context.Context, origin, result []byte, dt datatype.Basic, disp int, o op.Op) error {
 	return w.GetAccumulate(ctx, origin, result, dt, disp, o)
 }
@@ -171,5 +205,29 @@ func TestTypedResultOnError(t *testing.T) {
 		if v, err := CompareAndSwap(ctx, w, int64(1), 2, 64); !errors.Is(err, ErrOutOfWindow) || v != 0 {
 			t.Fatalf("CompareAndSwap out of the window: %#x, %v; want 0, ErrOutOfWindow", v, err)
 		}
+	}
+}
+
+// TestLayoutFake checks the in-memory window's layout calls, which the
+// contract's callers rely on: an indexed layout of int32 gets SUM, and
+// GetAccumulateTo returns the old values in type-map order.
+func TestLayoutFake(t *testing.T) {
+	ctx := context.Background()
+	w := &memWindow{mem: make([]byte, 64)}
+	idx, err := datatype.Indexed([]int{1, 2}, []int{3, 0}, datatype.Int32.Type())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := Layout{Disp: 8, Type: idx, Count: 1} // elements at 8+12, 8+0, 8+4
+	if err := w.AccumulateTo(ctx, datatype.AsBytes([]int32{5, 6, 7}), l, op.Sum); err != nil {
+		t.Fatal(err)
+	}
+	old := make([]int32, 3)
+	if err := w.GetAccumulateTo(ctx, datatype.AsBytes([]int32{1, 1, 1}), datatype.AsBytes(old), l, op.Sum); err != nil || old[0] != 5 || old[1] != 6 || old[2] != 7 {
+		t.Fatalf("GetAccumulateTo old values %v, %v; want [5 6 7]", old, err)
+	}
+	got := make([]int32, 4)
+	if err := GetSlice(ctx, w, got, 8); err != nil || got[0] != 7 || got[1] != 8 || got[3] != 6 {
+		t.Fatalf("window %v, %v; want [7 8 0 6]", got, err)
 	}
 }

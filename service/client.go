@@ -62,7 +62,7 @@ type Client struct {
 	wcs      [8]verbs.WC
 	t, s     [8]byte            // the compare-and-swap loops' operands
 	cas      [64]byte           // an engine compare-and-swap: compare, then origin
-	discard  [maxFetchData]byte // the old values of an abandoned request
+	discard  [maxFetchData]byte // old values: of an abandoned request, of a piece of GetAccumulateTo
 }
 
 // Layout of Client.buf.

@@ -74,9 +74,11 @@
 // of a group rank's engine (package fallback: its wire format, checks and
 // refusals). So the calls on one element with one datatype are atomic with
 // each other, from any client (never against the server process's own CPU
-// updates of the same words). An engine message carries up to 472 bytes
-// of origin (192 bytes of old values for the fetching forms); longer calls
-// are split, each element still updated atomically, and a client that
+// updates of the same words). AccumulateTo and GetAccumulateTo take a
+// derived target layout (rma.Layout), as a group window's do. An engine
+// message carries up to 472 bytes of origin (192 bytes of old values for
+// the fetching forms); longer calls and layouts are split as package
+// fallback splits a group window's, each element still updated atomically, and a client that
 // dies leaves each message applied whole or not at all. Every call returns
 // when it is complete at the server; Flush waits for calls abandoned when
 // their context ended.
@@ -145,7 +147,9 @@
 //
 // A device without type 2 memory windows cannot serve (Listen fails with
 // verbs.ErrNotSupported): there is no protection domain per client in
-// their place. There are no non-contiguous datatypes, no byte-order probe
+// their place. Derived datatypes are taken at the target only
+// (AccumulateTo, GetAccumulateTo; origins and results are packed), and
+// there is no byte-order probe
 // of the NIC's atomics (the group windows' atomics.Probe), no unexposing
 // a window while clients use it, and one call at a time per Client (a
 // Lock waiting for the server excepted: the client's other calls go on

@@ -4,8 +4,10 @@ package test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -28,7 +30,7 @@ func init() {
 
 // contractBytes is the region of the window that contractCalls uses, from
 // its base.
-const contractBytes = 256
+const contractBytes = 1024
 
 // contractCalls exercises every call of rma.Window on w's bytes base to
 // base+contractBytes (nobody else uses them), through the typed helpers
@@ -87,6 +89,76 @@ func contractCalls(ctx context.Context, w rma.Window, base int) error {
 	}
 	if want := []float64{2.5, -1, 1e10 + 1}; !equalF64(oldf, want) {
 		return fmt.Errorf("GetAccumulateSlice(MAX) old values %v, want %v", oldf, want)
+	}
+	// Derived target layouts: an indexed float64 one (the engine) and an
+	// indexed int64 one (the NIC), two instances each, then a vector of
+	// 40 float64 elements (more than one engine message on a service
+	// window).
+	if err := w.Put(ctx, make([]byte, 768), base+256); err != nil {
+		return err
+	}
+	for _, c := range []struct {
+		name string
+		dt   datatype.Basic
+		disp int
+	}{{"float64", datatype.Float64, base + 256}, {"int64", datatype.Int64, base + 320}} {
+		idx, err := datatype.Indexed([]int{1, 2}, []int{3, 0}, c.dt.Type()) // elements at 24, 0, 8 of 32 bytes
+		if err != nil {
+			return err
+		}
+		l := rma.Layout{Disp: c.disp, Type: idx, Count: 2}
+		in, add := make([]byte, 48), make([]byte, 48)
+		for i := range 6 {
+			if c.dt == datatype.Float64 {
+				binary.NativeEndian.PutUint64(in[8*i:], math.Float64bits(float64(i+1)))
+				binary.NativeEndian.PutUint64(add[8*i:], math.Float64bits(10))
+			} else {
+				binary.NativeEndian.PutUint64(in[8*i:], uint64(i+1))
+				binary.NativeEndian.PutUint64(add[8*i:], 10)
+			}
+		}
+		if err := w.AccumulateTo(ctx, in, l, op.Sum); err != nil {
+			return fmt.Errorf("AccumulateTo(SUM, indexed %s): %w", c.name, err)
+		}
+		old := make([]byte, 48)
+		if err := w.GetAccumulateTo(ctx, add, old, l, op.Sum); err != nil {
+			return fmt.Errorf("GetAccumulateTo(SUM, indexed %s): %w", c.name, err)
+		}
+		if string(old) != string(in) {
+			return fmt.Errorf("GetAccumulateTo(SUM, indexed %s) old values %x, want %x", c.name, old, in)
+		}
+		// In memory, instance by instance: elements 2, 3 at 0, 8; 1 at 24.
+		mem := make([]byte, 64)
+		if err := w.Get(ctx, mem, c.disp); err != nil {
+			return err
+		}
+		for i, at := range []int{24, 0, 8, 56, 32, 40} {
+			want := binary.NativeEndian.Uint64(in[8*i:])
+			if c.dt == datatype.Float64 {
+				want = math.Float64bits(math.Float64frombits(want) + 10)
+			} else {
+				want += 10
+			}
+			if got := binary.NativeEndian.Uint64(mem[at:]); got != want {
+				return fmt.Errorf("indexed %s: element %d (byte %d) holds %#x, want %#x", c.name, i, at, got, want)
+			}
+		}
+	}
+	vec, err := datatype.Vector(40, 1, 2, datatype.Float64.Type())
+	if err != nil {
+		return err
+	}
+	l := rma.Layout{Disp: base + 384, Type: vec, Count: 1}
+	in := make([]float64, 40)
+	for i := range in {
+		in[i] = float64(i) + 0.5
+	}
+	if err := w.AccumulateTo(ctx, datatype.AsBytes(in), l, op.Sum); err != nil {
+		return fmt.Errorf("AccumulateTo(SUM, vector of 40 float64): %w", err)
+	}
+	olds := make([]float64, 40)
+	if err := w.GetAccumulateTo(ctx, nil, datatype.AsBytes(olds), l, op.NoOp); err != nil || !equalF64(olds, in) {
+		return fmt.Errorf("GetAccumulateTo(NO_OP, vector of 40 float64): %v, %v; want %v", olds, err, in)
 	}
 	// The request forms.
 	pat := svcPattern(64, base)

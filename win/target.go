@@ -52,6 +52,35 @@ func (t *Target) GetAccumulate(ctx context.Context, origin, result []byte, dt da
 	return t.w.GetAccumulate(ctx, origin, result, dt, t.rank, disp, o)
 }
 
+// AccumulateTo is Window.AccumulateTo to the target's layout t, origin
+// holding its elements packed.
+func (t *Target) AccumulateTo(ctx context.Context, origin []byte, l rma.Layout, o op.Op) error {
+	n, err := layoutElements(l)
+	if err != nil {
+		return err
+	}
+	return t.w.AccumulateTo(ctx, Buffer{origin, l.Type.Basic().Type(), n}, Region{Rank: t.rank, Disp: l.Disp, Type: l.Type, Count: l.Count}, o)
+}
+
+// GetAccumulateTo is Window.GetAccumulateTo to the target's layout t,
+// origin and result holding its elements packed.
+func (t *Target) GetAccumulateTo(ctx context.Context, origin, result []byte, l rma.Layout, o op.Op) error {
+	n, err := layoutElements(l)
+	if err != nil {
+		return err
+	}
+	b := l.Type.Basic().Type()
+	return t.w.GetAccumulateTo(ctx, Buffer{origin, b, n}, Buffer{result, b, n}, Region{Rank: t.rank, Disp: l.Disp, Type: l.Type, Count: l.Count}, o)
+}
+
+// layoutElements is the number of elements of l.
+func layoutElements(l rma.Layout) (int, error) {
+	if !l.Type.Valid() || l.Count < 0 {
+		return 0, fmt.Errorf("%w: target layout of %d x %v", ErrInvalid, l.Count, l.Type)
+	}
+	return l.Count * l.Type.Count(), nil
+}
+
 // FetchAndOp is Window.FetchAndOp to the target.
 func (t *Target) FetchAndOp(ctx context.Context, origin, result []byte, dt datatype.Basic, disp int, o op.Op) error {
 	return t.w.FetchAndOp(ctx, origin, result, dt, t.rank, disp, o)

@@ -381,12 +381,13 @@ func TestServiceRows(t *testing.T) {
 		conns        int
 		target       bool
 	}{
-		"service/fetch_and_op/lat":         {metricLatency, "ib_atomic_lat -A FETCH_AND_ADD", 1.2, 0, true},
-		"service/compare_and_swap/lat":     {metricLatency, "ib_atomic_lat -A CMP_AND_SWAP", 1.2, 0, true},
-		"service/fetch_and_op/rate/1conn":  {metricRate, "ib_atomic_bw -A FETCH_AND_ADD", 0, 1, false},
-		"service/fetch_and_op/rate/4conn":  {metricRate, "ib_atomic_bw -A FETCH_AND_ADD", 0, 4, false},
-		"service/fetch_and_op/rate/16conn": {metricRate, "ib_atomic_bw -A FETCH_AND_ADD", 0, 16, false},
-		"service/connect_first_op":         {metricLatency, "", 0, 0, false},
+		"service/fetch_and_op/lat":           {metricLatency, "ib_atomic_lat -A FETCH_AND_ADD", 1.2, 0, true},
+		"service/compare_and_swap/lat":       {metricLatency, "ib_atomic_lat -A CMP_AND_SWAP", 1.2, 0, true},
+		"service/fetch_and_op/rate/1conn":    {metricRate, "ib_atomic_bw -A FETCH_AND_ADD", 0, 1, false},
+		"service/fetch_and_op/rate/4conn":    {metricRate, "ib_atomic_bw -A FETCH_AND_ADD", 0, 4, false},
+		"service/fetch_and_op/rate/16conn":   {metricRate, "ib_atomic_bw -A FETCH_AND_ADD", 0, 16, false},
+		"service/fetch_and_op/rate/1conn16g": {metricRate, "ib_atomic_bw -A FETCH_AND_ADD", 0, 1, false},
+		"service/connect_first_op":           {metricLatency, "", 0, 0, false},
 	}
 	seen := map[string]bool{}
 	keys := map[ourKey]string{}
