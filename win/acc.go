@@ -123,7 +123,7 @@ func nullOp(o op.Op, use op.Use, t Region) error {
 	if !t.Type.Valid() {
 		return fmt.Errorf("%w: invalid target datatype", ErrInvalid)
 	}
-	return opErr(op.Check(o, t.Type.Basic(), use))
+	return op.Check(o, t.Type.Basic(), use)
 }
 
 // dest is a resolved target: the region and the byte offset of the
@@ -163,16 +163,6 @@ func (w *Window) place(ctx context.Context, t *Region, writes bool) (dest, error
 	return dest{reg: reg, off: off}, nil
 }
 
-// opErr makes an invalid op or datatype that package op found (op.ErrInvalid)
-// match ErrInvalid too, as every other invalid argument of a call does;
-// op.ErrOpDatatype and op.ErrOpUse pass unchanged.
-func opErr(err error) error {
-	if errors.Is(err, op.ErrInvalid) {
-		return fmt.Errorf("%w: %w", ErrInvalid, err)
-	}
-	return err
-}
-
 // check validates an accumulate-family call and returns its basic type
 // and resolved target. origin may have no data for NO_OP. A call whose
 // signatures are empty is valid whatever its datatypes are built from (MPI:
@@ -183,7 +173,7 @@ func (w *Window) check(ctx context.Context, o op.Op, use op.Use, origin, result 
 	}
 	basic := t.Type.Basic()
 	if err := op.Check(o, basic, use); err != nil {
-		return 0, dest{}, opErr(err)
+		return 0, dest{}, err
 	}
 	if !w.policy.Declared(o, basic) {
 		return 0, dest{}, fmt.Errorf("%w: %v on %v", ErrUndeclared, o, basic)

@@ -112,7 +112,7 @@ func (w *Window) Get(ctx context.Context, result []byte, target, disp int) error
 func (w *Window) FetchAndOp(ctx context.Context, origin, result []byte, dt datatype.Basic, target, disp int, o op.Op) error {
 	// The arguments are checked first, also for ProcNull (as in MPICH).
 	if err := op.Check(o, dt, op.GetAccumulate); err != nil {
-		return opErr(err)
+		return err
 	}
 	n := dt.Size()
 	if len(result) != n || (o != op.NoOp && len(origin) != n) {
@@ -164,7 +164,7 @@ func (w *Window) FetchAndOp(ctx context.Context, origin, result []byte, dt datat
 func (w *Window) CompareAndSwap(ctx context.Context, origin, compare, result []byte, dt datatype.Basic, target, disp int) error {
 	// The arguments are checked first, also for ProcNull (as in MPICH).
 	if err := op.CheckCompareAndSwap(dt); err != nil {
-		return opErr(err)
+		return err
 	}
 	n := dt.Size()
 	if len(origin) != n || len(compare) != n || len(result) != n {
