@@ -2,10 +2,14 @@ package win
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 
+	"github.com/onesided/rma/atomics"
 	"github.com/onesided/rma/datatype"
+	"github.com/onesided/rma/op"
 )
 
 func TestElements(t *testing.T) {
@@ -138,6 +142,24 @@ func TestAddress(t *testing.T) {
 	b := make([]byte, 16)
 	if Address(b[4:]) != Address(b)+4 || Address(nil) != 0 {
 		t.Fatal("Address does not follow the slice")
+	}
+}
+
+// A typed call through the window's view of a rank (Target) refuses a
+// region outside the window, and returns T's zero value.
+func TestTypedThroughTarget(t *testing.T) {
+	w := &Window{flavor: FlavorAllocate, remote: []target{{addr: 4096, size: 64, dispUnit: 1}}, policy: atomics.DefaultPolicy(true)}
+	w.ep.access = make([]atomic.Uint32, 1)
+	w.ep.lockAll.Store(true)
+	ctx := context.Background()
+	if v, err := FetchAndOp(ctx, w, uint32(1), 0, 64, op.Sum); !errors.Is(err, ErrOutOfWindow) || v != 0 {
+		t.Fatalf("FetchAndOp out of the window: %#x, %v; want 0, ErrOutOfWindow", v, err)
+	}
+	if v, err := CompareAndSwap(ctx, w, int64(1), 2, 0, 64); !errors.Is(err, ErrOutOfWindow) || v != 0 {
+		t.Fatalf("CompareAndSwap out of the window: %#x, %v; want 0, ErrOutOfWindow", v, err)
+	}
+	if err := w.Target(0).Accumulate(ctx, make([]byte, 8), datatype.Float64, 60, op.Sum); !errors.Is(err, ErrOutOfWindow) {
+		t.Fatalf("Target(0).Accumulate across the end: %v, want ErrOutOfWindow", err)
 	}
 }
 
