@@ -132,6 +132,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/onesided/rma"
 	"github.com/onesided/rma/atomics"
 	"github.com/onesided/rma/coll"
 	"github.com/onesided/rma/datatype"
@@ -491,6 +492,10 @@ func ranks(ctx context.Context) {
 	counter, err := win.FetchAndOp(ctx, w, int64(0), 0, wCounter, op.NoOp)
 	must(err, "FetchAndOp(NO_OP)")
 	eq("counter (sum of rank+1)", counter, int64(n*(n+1)/2))
+	var view rma.Window = w.Target(0) // the contract both front doors share
+	counter2, err := rma.FetchAndOp(ctx, view, int64(0), wCounter, op.NoOp)
+	must(err, "rma.FetchAndOp(NO_OP) on w.Target(0)")
+	eq("counter through rma.Window", counter2, counter)
 	casWord, err := win.CompareAndSwap(ctx, w, int64(-1), int64(-2), 0, wCAS) // never equal: a read
 	must(err, "CompareAndSwap")
 	eq("CompareAndSwap word (winner's rank+1)", casWord, int64(winner+1))
