@@ -1005,7 +1005,12 @@ func TestServiceConcurrent(t *testing.T) {
 	for i := 0; i < procs; i++ {
 		waitCMFile(ctx, t, filepath.Join(s.dir, "connected."+strconv.Itoa(i)), cls[i])
 	}
-	if err := os.WriteFile(filepath.Join(s.dir, "sample.1"), []byte(strconv.Itoa(procs*per)), 0o644); err != nil {
+	// Written whole, then renamed: the server reads the file as soon as it
+	// exists, and an empty one would ask for 0 connections.
+	if err := os.WriteFile(filepath.Join(s.dir, "sample.1.tmp"), []byte(strconv.Itoa(procs*per)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(s.dir, "sample.1.tmp"), filepath.Join(s.dir, "sample.1")); err != nil {
 		t.Fatal(err)
 	}
 	stats := string(waitCMFile(ctx, t, filepath.Join(s.dir, "stats.1"), srv))
