@@ -1,7 +1,6 @@
 package op
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 
@@ -132,16 +131,17 @@ func (u Use) String() string {
 }
 
 // Sentinel errors; every error of this package wraps one of them (and is an
-// *[Error]).
+// *[Error]). Each is a bad argument: it matches errs.ErrInvalid (so
+// win.ErrInvalid, service.ErrInvalid and rma.ErrInvalid) too.
 var (
 	// ErrOpDatatype: the op is not defined on the datatype (MPI-4.1 §6.9.2).
-	ErrOpDatatype = errors.New("op: op not defined on datatype")
+	ErrOpDatatype = errs.Refine("op: op not defined on datatype", errs.ErrInvalid)
 	// ErrOpUse: the op may not be used in that kind of call (REPLACE in a
 	// collective, NO_OP in Accumulate or a collective).
-	ErrOpUse = errors.New("op: op not allowed in this call")
+	ErrOpUse = errs.Refine("op: op not allowed in this call", errs.ErrInvalid)
 	// ErrLength: the buffers of a kernel call differ in length or are not a
 	// whole number of elements.
-	ErrLength = errors.New("op: buffer length mismatch")
+	ErrLength = errs.Refine("op: buffer length mismatch", errs.ErrInvalid)
 	// ErrInvalid: an invalid op, datatype or use value (including a
 	// user-defined op value that is not defined in this process), a bad
 	// argument, or a user-defined op's function that panicked.

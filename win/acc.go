@@ -308,7 +308,7 @@ func (w *Window) sendPiece(ctx context.Context, kind fallback.Kind, o op.Op, ran
 		w.f.Release(rank, credit)
 		return err
 	}
-	call := w.client.Slot(w.f.rank(rank), credit)
+	call := w.client.Slot(w.f.slot(rank), credit)
 	call.Op, call.Elem = fop, p.Elem
 	fop.Start(1)
 	if err := w.f.Send(ctx, rank, credit, len(msg)); err != nil {

@@ -84,7 +84,7 @@ type dynamic struct {
 
 type attached struct {
 	mem []byte
-	mr  *verbs.MR
+	mr  registration
 	id  uint32 // the target engine's window id for it
 	pin runtime.Pinner
 }
@@ -94,7 +94,7 @@ func (a *attached) addr() uint64 { return uint64(Address(a.mem)) }
 // tableBuf is a registered buffer of region table entries.
 type tableBuf struct {
 	mem []byte
-	mr  *verbs.MR
+	mr  registration
 }
 
 func (b *tableBuf) capacity() int { return len(b.mem) / regionSize }
@@ -356,7 +356,7 @@ func (w *Window) peer(rank int) *peerTable {
 // version reads rank's region table version.
 func (w *Window) version(ctx context.Context, rank int) (uint64, error) {
 	off := syncTable(len(w.remote))
-	if rank == w.g.Rank() {
+	if rank == w.rank {
 		return atomic.LoadUint64(w.syncWord(off)), nil
 	}
 	t := &w.remote[rank]

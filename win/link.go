@@ -7,6 +7,67 @@ import (
 	"github.com/onesided/rma/verbs"
 )
 
+// transport is what a window needs of the connections to its peers, in
+// the window's ranks: one-sided WRITE and READ, the two NIC atomics, the
+// active messages of the accumulate engine (package fallback's wire
+// format, applied by each rank's fallback.Target and answered to its
+// fallback.Client), and what the peers' liveness says. link is the one
+// over the group's RDMA connections; the unit tests have an in-process
+// fake (fake_test.go), through which the epoch, lock, request and routing
+// logic of this package runs without a device.
+type transport interface {
+	Write(ctx context.Context, rank int, src []byte, raddr uint64, rkey uint32) error
+	Read(ctx context.Context, rank int, dst []byte, raddr uint64, rkey uint32) error
+	ReadV(ctx context.Context, rank int, rkey uint32, dst []byte, segs []fabric.Segment) error
+	// StartRead starts a request-based read of segs into dst.
+	StartRead(rd *fabric.ReadOp, rank int, rkey uint32, dst []byte, segs []fabric.Segment)
+	Read8(ctx context.Context, rank int, raddr uint64, rkey uint32) (uint64, error)
+	FetchAdd(ctx context.Context, rank int, raddr uint64, rkey uint32, add uint64) (uint64, error)
+	// Words does n independent fetch-and-adds (fadd) or 8-byte reads in
+	// order, several in flight.
+	Words(ctx context.Context, rank int, rkey uint32, fadd bool, addrs, vals, olds []uint64) error
+	CompareSwap(ctx context.Context, rank int, raddr uint64, rkey uint32, compare, swap uint64) (uint64, error)
+	// Flush completes at rank the WRITEs and READs posted to it.
+	Flush(ctx context.Context, rank int) error
+
+	// Acquire takes a credit for an active message to rank and its send
+	// buffer; Send sends the n bytes written to it (the reply comes to
+	// the client's Slot(slot(rank), credit)); Release gives back a credit
+	// not sent.
+	Acquire(ctx context.Context, rank int) (int, []byte, error)
+	Send(ctx context.Context, rank, credit, n int) error
+	Release(rank, credit int)
+	slot(rank int) int
+	// FlushMessages waits for the replies of every message sent to rank;
+	// WaitMessages until done() holds; ProgressMessages makes progress
+	// without waiting; Pending reports whether replies are outstanding.
+	FlushMessages(ctx context.Context, rank int) error
+	WaitMessages(ctx context.Context, rank int, done func() bool) error
+	ProgressMessages(rank int)
+	Pending(rank int) bool
+	// MsgSize is the largest active message.
+	MsgSize() int
+	// SyncEngine orders this rank's own engine's updates before what
+	// follows (see fabric.Fabric.SyncEngine).
+	SyncEngine()
+
+	// PeerErr is why rank is unreachable (nil while it is not); Settled
+	// turns err, of a call to rank, into what the caller reports; Fenced
+	// reports whether holder, lost, can no longer reach target's memory.
+	PeerErr(rank int) error
+	Settled(ctx context.Context, rank int, err error) error
+	Fenced(ctx context.Context, target, holder int) (bool, error)
+
+	Register(mem []byte, access verbs.Access) (registration, error)
+}
+
+// registration is registered memory (a *verbs.MR on a device).
+type registration interface {
+	Addr() uint64
+	RKey() uint32
+	Close() error
+}
+
 // link is a window's view of its group's RDMA connections: the fabric's
 // calls, taking ranks of the window's group. A group made by Split shares
 // its parent's connections, whose ranks are those of the whole job; link
@@ -17,6 +78,8 @@ type link struct {
 	f     *fabric.Fabric
 	world []int // window rank -> fabric rank; nil: the same
 }
+
+func (l link) slot(r int) int { return l.rank(r) }
 
 func (l link) rank(r int) int {
 	if l.world == nil {
@@ -35,6 +98,10 @@ func (l link) Read(ctx context.Context, rank int, dst []byte, raddr uint64, rkey
 
 func (l link) ReadV(ctx context.Context, rank int, rkey uint32, dst []byte, segs []fabric.Segment) error {
 	return l.f.ReadV(ctx, l.rank(rank), rkey, dst, segs)
+}
+
+func (l link) StartRead(rd *fabric.ReadOp, rank int, rkey uint32, dst []byte, segs []fabric.Segment) {
+	l.f.Reads().StartV(rd, l.rank(rank), rkey, dst, segs)
 }
 
 func (l link) Read8(ctx context.Context, rank int, raddr uint64, rkey uint32) (uint64, error) {
@@ -91,8 +158,12 @@ func (l link) Settled(ctx context.Context, rank int, err error) error {
 
 // The calls that take no rank.
 
-func (l link) Register(mem []byte, access verbs.Access) (*verbs.MR, error) {
-	return l.f.Register(mem, access)
+func (l link) Register(mem []byte, access verbs.Access) (registration, error) {
+	mr, err := l.f.Register(mem, access)
+	if err != nil {
+		return nil, err // not a typed nil
+	}
+	return mr, nil
 }
 func (l link) SyncEngine()  { l.f.SyncEngine() }
 func (l link) MsgSize() int { return l.f.MsgSize() }

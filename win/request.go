@@ -47,11 +47,12 @@ type Request struct {
 
 	mu     sync.Mutex
 	err    error
-	fop    *fallback.Op     // reqFetch: the engine's replies, until completion
-	rd     fabric.ReadOp    // reqRead
-	unpack Buffer           // reqRead into a non-contiguous result: where packed goes
-	packed []byte           // that read's destination
-	segs   []fabric.Segment // reqRead of several segments, kept for rd
+	fop    *fallback.Op      // reqFetch: the engine's replies, until completion
+	rd     fabric.ReadOp     // reqRead
+	unpack Buffer            // reqRead into a non-contiguous result: where packed goes
+	packed []byte            // that read's destination
+	segs   []fabric.Segment  // reqRead: its segments, kept for rd
+	one    [1]fabric.Segment // segs of a single-range read
 
 	// The window's list of outstanding requests to rank (under its lock).
 	seq    uint64
@@ -428,7 +429,9 @@ func (w *Window) RGet(ctx context.Context, result []byte, target, disp int) (*Re
 		return nil, err
 	}
 	r := &Request{w: w, rank: target, kind: reqRead}
-	w.f.f.Reads().Start(&r.rd, w.f.rank(target), result, addr, rkey)
+	r.segs = r.one[:]
+	r.one[0] = fabric.Segment{Addr: addr, Len: len(result)}
+	w.f.StartRead(&r.rd, target, rkey, result, r.segs)
 	w.reqs.add(w, r)
 	return r, nil
 }
@@ -474,7 +477,7 @@ func (w *Window) RGetTo(ctx context.Context, result Buffer, t Region) (*Request,
 		r.unpack = result
 		dst = r.packed
 	}
-	w.f.f.Reads().StartV(&r.rd, w.f.rank(t.Rank), d.reg.rkey, dst, r.segs)
+	w.f.StartRead(&r.rd, t.Rank, d.reg.rkey, dst, r.segs)
 	w.reqs.add(w, r)
 	return r, nil
 }

@@ -249,7 +249,7 @@ func (w *Window) syncLocal() { w.f.SyncEngine() }
 // its wait instead of entering another (a Fence retried after its context
 // ended completes the one the other ranks have seen).
 func (w *Window) barrier(ctx context.Context) error {
-	n, me := len(w.remote), w.g.Rank()
+	n, me := len(w.remote), w.rank
 	if !w.ep.barrierPending {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -375,7 +375,7 @@ func (w *Window) gone(r int) bool { return errors.Is(w.f.PeerErr(r), ErrPeerLost
 // lockShared takes a shared lock on rank. If ctx ends, it leaves the lock
 // words as it found them.
 func (w *Window) lockShared(ctx context.Context, rank int) error {
-	n, me := len(w.remote), w.g.Rank()
+	n, me := len(w.remote), w.rank
 	mine := syncReaders(n) + 8*me
 	var word [8]byte
 	for i := 0; ; {
@@ -430,7 +430,7 @@ func (w *Window) takeBack(ctx context.Context, rank, off int, v uint64) bool {
 	if off != syncOwner {
 		holder = (off - syncReaders(len(w.remote))) / 8
 	}
-	if holder < 0 || holder >= len(w.remote) || holder == w.g.Rank() || !w.gone(holder) {
+	if holder < 0 || holder >= len(w.remote) || holder == w.rank || !w.gone(holder) {
 		return false
 	}
 	if fenced, err := w.f.Fenced(ctx, rank, holder); err != nil || !fenced {
@@ -445,7 +445,7 @@ func (w *Window) takeBack(ctx context.Context, rank, off int, v uint64) bool {
 // ends, it undoes exactly what it had done.
 func (w *Window) lockExclusive(ctx context.Context, rank int) (err error) {
 	n := len(w.remote)
-	me := uint64(w.g.Rank() + 1)
+	me := uint64(w.rank + 1)
 	for i := 0; ; i++ {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -493,12 +493,12 @@ func (w *Window) lockExclusive(ctx context.Context, rank int) (err error) {
 }
 
 func (w *Window) unlockShared(ctx context.Context, rank int) error {
-	_, err := w.syncAdd(ctx, rank, syncReaders(len(w.remote))+8*w.g.Rank(), ^uint64(0))
+	_, err := w.syncAdd(ctx, rank, syncReaders(len(w.remote))+8*w.rank, ^uint64(0))
 	return err
 }
 
 func (w *Window) unlockExclusive(ctx context.Context, rank int) error {
-	me := uint64(w.g.Rank() + 1)
+	me := uint64(w.rank + 1)
 	_, err := w.syncCAS(ctx, rank, syncOwner, me, 0)
 	return err
 }
@@ -559,7 +559,7 @@ func (w *Window) Lock(ctx context.Context, lt LockType, target int, a Assert) er
 	}
 	w.ep.leaveFence()
 	w.ep.access[target].Store(bit)
-	if target == w.g.Rank() {
+	if target == w.rank {
 		w.syncLocal()
 	}
 	return nil
@@ -586,7 +586,7 @@ func (w *Window) Unlock(ctx context.Context, target int) error {
 	if bits&(accShared|accExclusive) == 0 {
 		return fmt.Errorf("%w: Unlock of rank %d without Lock", ErrEpoch, target)
 	}
-	if target == w.g.Rank() {
+	if target == w.rank {
 		w.syncLocal()
 	}
 	// A failed call of the epoch, or a lost target, ends it all the same;
@@ -818,7 +818,7 @@ func (w *Window) Post(ctx context.Context, origins []int, a Assert) error {
 	w.ep.leaveFence()
 	// Once one origin has been told, the epoch exists: the others are told
 	// too, whatever ctx says (each notice is one atomic, awaited).
-	me := w.g.Rank()
+	me := w.rank
 	for _, o := range origins {
 		if _, err := w.syncAdd(ctx, o, syncPosted+8*me, 1); err != nil {
 			return err
@@ -880,7 +880,7 @@ func (w *Window) Complete(ctx context.Context) error {
 	}
 	// As Unlock: an error ends the epoch (every target that can be told
 	// is), an ended context does not (call Complete again).
-	me := w.g.Rank()
+	me := w.rank
 	var first error
 	for _, t := range w.ep.startGroup {
 		if err := w.flush(ctx, t); err != nil {

@@ -24,8 +24,8 @@ import (
 // Errors of window calls; match them with errors.Is. Errors from the
 // network wrap verbs.ErrPeerLost, verbs.ErrRemoteAccess and the like.
 var (
-	// ErrRank: the target rank is not in the group.
-	ErrRank = errors.New("win: target rank out of range")
+	// ErrRank: the target rank is not in the group (an ErrInvalid).
+	ErrRank = errs.Refine("win: target rank out of range", errs.ErrInvalid)
 	// ErrOutOfWindow: the target region is not inside the target's window
 	// (fallback.ErrOutOfWindow, a target's refusal, matches it too).
 	ErrOutOfWindow = errs.ErrOutOfWindow
@@ -140,10 +140,11 @@ func (m Model) String() string {
 // goroutines; creation, Free and the epoch calls are collective or
 // per-process synchronisation and are called from one goroutine.
 type Window struct {
-	g   *group.Group
-	f   link   // the group's RDMA connections, in the window's ranks
-	mem []byte // the window's memory (nil for a dynamic window)
-	mr  *verbs.MR
+	g    *group.Group
+	f    transport // the connections to the window's peers, in the window's ranks
+	rank int       // this rank
+	mem  []byte    // the window's memory (nil for a dynamic window)
+	mr   registration
 
 	flavor   Flavor
 	size     int
@@ -170,7 +171,7 @@ type Window struct {
 	// Synchronisation: a registered page per window holding the lock words,
 	// the post-start-complete-wait counters and the dynamic region table.
 	syncMem []byte
-	syncMR  *verbs.MR
+	syncMR  registration
 	ep      epochs
 
 	dyn  dynamic  // attached regions (dynamic windows)
@@ -248,15 +249,28 @@ func validUnit(dispUnit int) error {
 // registration below) still takes the window's id and joins the exchange,
 // so that every rank fails the creation (the others with ErrNotCreated)
 // and the group's collectives and window ids stay in step.
-func create(ctx context.Context, g *group.Group, flavor Flavor, mem []byte, size, dispUnit int, opts []Option, failed error) (_ *Window, err error) {
-	w := &Window{g: g, f: link{f: fabric.OfGroup(g), world: grouphooks.FabricRanks(g)}, flavor: flavor, mem: mem, size: size, dispUnit: dispUnit, id: grouphooks.NextWindowID(g)}
+func create(ctx context.Context, g *group.Group, flavor Flavor, mem []byte, size, dispUnit int, opts []Option, failed error) (*Window, error) {
+	w := &Window{g: g, f: link{f: fabric.OfGroup(g), world: grouphooks.FabricRanks(g)}, rank: g.Rank(),
+		flavor: flavor, mem: mem, size: size, dispUnit: dispUnit, id: grouphooks.NextWindowID(g)}
+	w.target, w.client = grouphooks.Engine(g)
+	nic := atomics.Usable(g.DeviceAttr().AtomicCap, g.NICAtomics())
+	if err := w.build(ctx, g.Size(), nic, opts, failed, g.AllGather); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// build makes a window of n ranks on this one, whose transport, rank,
+// engine, flavor, memory and id are set, and exchanges what the others
+// need of it through allGather (the group's, or the unit tests'). nic
+// says whether this rank's device has usable NIC atomics.
+func (w *Window) build(ctx context.Context, n int, nic bool, opts []Option, failed error,
+	allGather func(context.Context, []byte) ([][]byte, error)) (err error) {
+	size, dispUnit := w.size, w.dispUnit
 	w.cfg = config{ordered: true}
 	for _, o := range opts {
 		o(&w.cfg)
 	}
-	nic := atomics.Usable(g.DeviceAttr().AtomicCap, g.NICAtomics())
-	w.target, w.client = grouphooks.Engine(g)
-	n := g.Size()
 	w.async = make([]fallback.Op, n)
 	w.sinks = make([]fallback.ErrorSink, n)
 	for r := range w.async {
@@ -289,9 +303,9 @@ func create(ctx context.Context, g *group.Group, flavor Flavor, mem []byte, size
 	}
 	binary.LittleEndian.PutUint64(mine[41:], w.cfg.digest())
 	binary.LittleEndian.PutUint32(mine[50:], w.id)
-	all, err := g.AllGather(ctx, mine[:])
+	all, err := allGather(ctx, mine[:])
 	if err != nil {
-		return nil, errors.Join(failed, err)
+		return errors.Join(failed, err)
 	}
 	// This rank's own failure comes first, then another rank's, then
 	// options that do not agree, whatever the order of the ranks.
@@ -303,11 +317,11 @@ func create(ctx context.Context, g *group.Group, flavor Flavor, mem []byte, size
 	}
 	for r, b := range all {
 		if len(b) != targetInfoSize {
-			return nil, errors.Join(failed, fmt.Errorf("win: rank %d sent %d bytes of window info", r, len(b)))
+			return errors.Join(failed, fmt.Errorf("win: rank %d sent %d bytes of window info", r, len(b)))
 		}
 		if id := binary.LittleEndian.Uint32(b[50:]); id != w.id {
-			return nil, errors.Join(failed, fmt.Errorf("%w: rank %d made window %#x, rank %d window %#x: the ranks' collective calls are out of step",
-				ErrNotCreated, r, id, g.Rank(), w.id))
+			return errors.Join(failed, fmt.Errorf("%w: rank %d made window %#x, rank %d window %#x: the ranks' collective calls are out of step",
+				ErrNotCreated, r, id, w.rank, w.id))
 		}
 		if b[49] != 0 {
 			if failed == nil {
@@ -323,19 +337,19 @@ func create(ctx context.Context, g *group.Group, flavor Flavor, mem []byte, size
 		t.syncAddr = binary.LittleEndian.Uint64(b[28:])
 		t.syncRKey = binary.LittleEndian.Uint32(b[36:])
 		if t.dispUnit < 1 || t.size < 0 {
-			return nil, errors.Join(failed, fmt.Errorf("win: rank %d sent size %d, displacement unit %d", r, t.size, t.dispUnit))
+			return errors.Join(failed, fmt.Errorf("win: rank %d sent size %d, displacement unit %d", r, t.size, t.dispUnit))
 		}
 		nic = nic && b[40] == 1
 		if binary.LittleEndian.Uint64(b[41:]) != w.cfg.digest() && mismatch == nil {
 			mismatch = fmt.Errorf("%w: rank %d created the window with other accumulate options than rank %d (%v)",
-				ErrInvalid, r, g.Rank(), w.Info().AccumulateOps)
+				ErrInvalid, r, w.rank, w.Info().AccumulateOps)
 		}
 	}
 	if failed != nil {
-		return nil, failed
+		return failed
 	}
 	if mismatch != nil {
-		return nil, mismatch
+		return mismatch
 	}
 	// Every rank routes every (op, datatype) pair the same way: a NIC
 	// atomic and a target-CPU update must never meet on one word.
@@ -347,7 +361,7 @@ func create(ctx context.Context, g *group.Group, flavor Flavor, mem []byte, size
 	default:
 		w.policy = atomics.DefaultPolicy(nic)
 	}
-	return w, nil
+	return nil
 }
 
 // setup registers the window's memory and its sync page, and has the
@@ -367,7 +381,7 @@ func (w *Window) setup(nic bool) (err error) {
 			return err
 		}
 	}
-	if w.syncMem, err = verbs.Alloc(syncSize(w.g.Size())); err != nil {
+	if w.syncMem, err = verbs.Alloc(syncSize(len(w.async))); err != nil {
 		return err
 	}
 	if w.syncMR, err = w.f.Register(w.syncMem, verbs.AccessRemoteRead|verbs.AccessRemoteAtomic); err != nil {

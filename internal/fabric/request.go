@@ -138,6 +138,13 @@ func (rs *Reads) StartV(op *ReadOp, rank int, rkey uint32, dst []byte, segs []Se
 	op.settleLocked()
 }
 
+// Finish completes, with err, a read that was not started: one that a
+// transport other than the fabric did itself (a unit test's fake).
+func (op *ReadOp) Finish(err error) {
+	op.err = err
+	op.state.Store(readDone)
+}
+
 // Done reports whether the read has completed, failed or been abandoned.
 func (op *ReadOp) Done() bool { return op.state.Load() != readActive }
 
@@ -175,6 +182,9 @@ func (op *ReadOp) Test() bool {
 // the fabric is closed meanwhile, the read fails with errClosed, which
 // Complete returns.
 func (op *ReadOp) Complete(ctx context.Context) error {
+	if op.Done() {
+		return nil
+	}
 	f := op.rs.f
 	if err := f.enter(); err != nil {
 		op.failClosed(err)
