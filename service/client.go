@@ -14,6 +14,7 @@ import (
 
 	"github.com/onesided/rma"
 	"github.com/onesided/rma/atomics"
+	"github.com/onesided/rma/internal/core"
 	"github.com/onesided/rma/internal/procs"
 	"github.com/onesided/rma/verbs"
 )
@@ -60,7 +61,7 @@ type Client struct {
 	replyLen int
 	reply    [recvSize]byte
 	wcs      [8]verbs.WC
-	t, s     [8]byte            // the compare-and-swap loops' operands
+	scratch  core.Scratch       // the compare-and-swap loops' operands
 	cas      [64]byte           // an engine compare-and-swap: compare, then origin
 	discard  [maxFetchData]byte // old values: of an abandoned request, of a piece of GetAccumulateTo
 }

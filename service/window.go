@@ -11,6 +11,7 @@ import (
 	"github.com/onesided/rma/atomics"
 	"github.com/onesided/rma/datatype"
 	"github.com/onesided/rma/fallback"
+	"github.com/onesided/rma/internal/core"
 	"github.com/onesided/rma/op"
 	"github.com/onesided/rma/verbs"
 )
@@ -325,21 +326,11 @@ func (w *Window) nic(ctx context.Context, route atomics.Route, o op.Op, dt datat
 	}
 	for i := 0; i < n; i += 8 {
 		addr := w.addr + uint64(disp+i)
-		var v, old uint64
+		var v uint64
 		if origin != nil {
 			v = binary.NativeEndian.Uint64(origin[i:])
 		}
-		var err error
-		switch route {
-		case atomics.NICFetchAdd:
-			old, err = c.fetchAdd(ctx, addr, w.rkey, v)
-		case atomics.NICRead:
-			old, err = c.read8(ctx, addr, w.rkey)
-		case atomics.NICCompareSwapLoop:
-			old, err = c.casLoop(ctx, addr, w.rkey, o, dt, v)
-		default:
-			return fmt.Errorf("%w: route %v", rma.ErrInvalid, route)
-		}
+		old, err := core.Element(ctx, (*clientNIC)(c), route, o, dt, addr, w.rkey, v, &c.scratch)
 		if err != nil {
 			return err
 		}
@@ -350,31 +341,20 @@ func (w *Window) nic(ctx context.Context, route atomics.Route, o op.Op, dt datat
 	return nil
 }
 
-// casLoop applies o with operand v to the word at addr by reading it and
-// swapping in the result until no other update came in between (atomics'
-// NICCompareSwapLoop, with op's kernel); c.mu is held.
-func (c *Client) casLoop(ctx context.Context, addr uint64, rkey uint32, o op.Op, dt datatype.Basic, v uint64) (uint64, error) {
-	cur, err := c.read8(ctx, addr, rkey)
-	if err != nil {
-		return 0, err
-	}
-	t, s := c.t[:], c.s[:]
-	for {
-		binary.NativeEndian.PutUint64(t, cur)
-		binary.NativeEndian.PutUint64(s, v)
-		if err := op.Apply(o, dt, t, s); err != nil {
-			return 0, err
-		}
-		next := binary.NativeEndian.Uint64(t)
-		if next == cur {
-			return cur, nil // nothing to change: the read was atomic
-		}
-		old, err := c.compareSwap(ctx, addr, rkey, cur, next)
-		if err != nil || old == cur {
-			return old, err
-		}
-		cur = old
-	}
+// clientNIC is a Client's NIC atomics (core.NIC); c.mu is held and begin
+// has succeeded.
+type clientNIC Client
+
+func (n *clientNIC) Read8(ctx context.Context, addr uint64, rkey uint32) (uint64, error) {
+	return (*Client)(n).read8(ctx, addr, rkey)
+}
+
+func (n *clientNIC) FetchAdd(ctx context.Context, addr uint64, rkey uint32, add uint64) (uint64, error) {
+	return (*Client)(n).fetchAdd(ctx, addr, rkey, add)
+}
+
+func (n *clientNIC) CompareSwap(ctx context.Context, addr uint64, rkey uint32, compare, swap uint64) (uint64, error) {
+	return (*Client)(n).compareSwap(ctx, addr, rkey, compare, swap)
 }
 
 // engine sends one accumulate message to the server's engine and waits

@@ -10,6 +10,7 @@ import (
 	"github.com/onesided/rma/atomics"
 	"github.com/onesided/rma/datatype"
 	"github.com/onesided/rma/fallback"
+	"github.com/onesided/rma/internal/core"
 	"github.com/onesided/rma/op"
 )
 
@@ -373,7 +374,7 @@ func (w *Window) nicAccumulate(ctx context.Context, o op.Op, basic datatype.Basi
 	if result.Data != nil {
 		olds = make([]byte, 8*t.Count*t.Type.Count())
 	}
-	i := 0
+	i, scratch := 0, new(core.Scratch)
 	t.Type.ForEachBlock(t.Count, func(off int64, n int) bool {
 		for k := 0; k < n; k, i = k+1, i+1 {
 			addr := d.reg.addr + uint64(base+off) + uint64(8*k)
@@ -385,7 +386,7 @@ func (w *Window) nicAccumulate(ctx context.Context, o op.Op, basic datatype.Basi
 				return false // words before this one are updated, the rest not
 			}
 			var old uint64
-			old, err = w.nicElement(ctx, t.Rank, addr, d.reg.rkey, o, basic, route, v)
+			old, err = core.Element(ctx, &w.nics[t.Rank], route, o, basic, addr, d.reg.rkey, v, scratch)
 			if err != nil {
 				return false
 			}
@@ -426,37 +427,4 @@ func (w *Window) nicWords(ctx context.Context, fadd bool, src []byte, result Buf
 		return err
 	}
 	return fallback.UnpackRange(result.Data, result.Type, result.Count, 0, datatype.AsBytes(olds))
-}
-
-// nicElement applies o with operand v to the word at addr on the NIC.
-func (w *Window) nicElement(ctx context.Context, rank int, addr uint64, rkey uint32, o op.Op, basic datatype.Basic, route atomics.Route, v uint64) (uint64, error) {
-	switch route {
-	case atomics.NICFetchAdd:
-		return w.f.FetchAdd(ctx, rank, addr, rkey, v)
-	case atomics.NICRead:
-		return w.f.Read8(ctx, rank, addr, rkey)
-	case atomics.NICCompareSwap:
-		return 0, fmt.Errorf("%w: compare-and-swap is not an accumulate op", ErrInvalid)
-	}
-	cur, err := w.f.Read8(ctx, rank, addr, rkey)
-	if err != nil {
-		return 0, err
-	}
-	for {
-		var a, b [8]byte
-		binary.NativeEndian.PutUint64(a[:], cur)
-		binary.NativeEndian.PutUint64(b[:], v)
-		if err := op.Apply(o, basic, a[:], b[:]); err != nil {
-			return 0, err
-		}
-		next := binary.NativeEndian.Uint64(a[:])
-		if next == cur {
-			return cur, nil // nothing to change: the read was atomic
-		}
-		old, err := w.f.CompareSwap(ctx, rank, addr, rkey, cur, next)
-		if err != nil || old == cur {
-			return old, err
-		}
-		cur = old
-	}
 }

@@ -167,3 +167,21 @@ func (l link) Register(mem []byte, access verbs.Access) (registration, error) {
 }
 func (l link) SyncEngine()  { l.f.SyncEngine() }
 func (l link) MsgSize() int { return l.f.MsgSize() }
+
+// rankNIC is the NIC atomics of the connection to one rank (core.NIC).
+type rankNIC struct {
+	f    transport
+	rank int
+}
+
+func (n *rankNIC) Read8(ctx context.Context, addr uint64, rkey uint32) (uint64, error) {
+	return n.f.Read8(ctx, n.rank, addr, rkey)
+}
+
+func (n *rankNIC) FetchAdd(ctx context.Context, addr uint64, rkey uint32, add uint64) (uint64, error) {
+	return n.f.FetchAdd(ctx, n.rank, addr, rkey, add)
+}
+
+func (n *rankNIC) CompareSwap(ctx context.Context, addr uint64, rkey uint32, compare, swap uint64) (uint64, error) {
+	return n.f.CompareSwap(ctx, n.rank, addr, rkey, compare, swap)
+}

@@ -150,7 +150,8 @@ type Window struct {
 	size     int
 	dispUnit int
 	remote   []target
-	views    []Target // Target(rank)
+	views    []Target  // Target(rank)
+	nics     []rankNIC // the NIC atomics to each rank
 	policy   atomics.Policy
 	access   verbs.Access // remote rights of the window's memory registrations
 	pin      runtime.Pinner
@@ -312,8 +313,10 @@ func (w *Window) build(ctx context.Context, n int, nic bool, opts []Option, fail
 	var mismatch error
 	w.remote = make([]target, len(all))
 	w.views = make([]Target, len(all))
+	w.nics = make([]rankNIC, len(all))
 	for r := range w.views {
 		w.views[r] = Target{w, r}
+		w.nics[r] = rankNIC{w.f, r}
 	}
 	for r, b := range all {
 		if len(b) != targetInfoSize {
