@@ -259,7 +259,7 @@ func (w *Window) startFetch(ctx context.Context, o op.Op, origin, result Buffer,
 
 // finish waits for every reply of fop and recycles it.
 func (w *Window) finish(ctx context.Context, rank int, fop *fallback.Op, err error) error {
-	if werr := w.f.WaitMessages(ctx, rank, fop.Done); werr != nil {
+	if werr := w.f.WaitOp(ctx, rank, fop); werr != nil {
 		fop.Abandon() // replies still to come will not touch the result
 		return werr
 	}
@@ -374,7 +374,11 @@ func (w *Window) nicAccumulate(ctx context.Context, o op.Op, basic datatype.Basi
 	if result.Data != nil {
 		olds = make([]byte, 8*t.Count*t.Type.Count())
 	}
-	i, scratch := 0, new(core.Scratch)
+	i := 0
+	var scratch *core.Scratch // the loop's operands: only a compare-and-swap loop needs them
+	if route == atomics.NICCompareSwapLoop {
+		scratch = new(core.Scratch)
+	}
 	t.Type.ForEachBlock(t.Count, func(off int64, n int) bool {
 		for k := 0; k < n; k, i = k+1, i+1 {
 			addr := d.reg.addr + uint64(base+off) + uint64(8*k)

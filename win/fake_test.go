@@ -363,6 +363,10 @@ func (e *fakeEnd) WaitMessages(ctx context.Context, rank int, done func() bool) 
 	return nil
 }
 
+func (e *fakeEnd) WaitOp(ctx context.Context, rank int, op *fallback.Op) error {
+	return e.WaitMessages(ctx, rank, op.Done)
+}
+
 func (e *fakeEnd) ProgressMessages(rank int) {
 	if e.check(rank) == nil {
 		e.deliver(rank)

@@ -3,6 +3,8 @@ package win
 import (
 	"context"
 
+	"github.com/onesided/rma/fallback"
+
 	"github.com/onesided/rma/internal/fabric"
 	"github.com/onesided/rma/verbs"
 )
@@ -43,6 +45,9 @@ type transport interface {
 	// without waiting; Pending reports whether replies are outstanding.
 	FlushMessages(ctx context.Context, rank int) error
 	WaitMessages(ctx context.Context, rank int, done func() bool) error
+	// WaitOp is WaitMessages until every reply of op has come (a call of
+	// its own: a method value through the interface would be allocated).
+	WaitOp(ctx context.Context, rank int, op *fallback.Op) error
 	ProgressMessages(rank int)
 	Pending(rank int) bool
 	// MsgSize is the largest active message.
@@ -146,6 +151,10 @@ func (l link) FlushMessages(ctx context.Context, rank int) error {
 
 func (l link) WaitMessages(ctx context.Context, rank int, done func() bool) error {
 	return l.f.WaitMessages(ctx, l.rank(rank), done)
+}
+
+func (l link) WaitOp(ctx context.Context, rank int, op *fallback.Op) error {
+	return l.f.WaitMessages(ctx, l.rank(rank), op.Done)
 }
 
 func (l link) Pending(rank int) bool { return l.f.Pending(l.rank(rank)) }

@@ -23,9 +23,12 @@
 // calls to it fail with ErrPeerLost.
 //
 // Files: fabric.go sets up and closes; conn.go holds the connections and
-// the reconnect protocol; slots.go the work-request slots and staging
+// what is known of the peers' liveness; reconnect.go the manager and its
+// re-establishment protocol; slots.go the work-request slots and staging
 // chunks; progress.go completion handling; ops.go the RDMA operations;
-// msg.go active messages.
+// request.go request-based reads; msg.go the active-message setup and
+// protocol; engine.go the target side (the engine goroutine); credits.go
+// the origin side (credits, sending, waiting for replies).
 package fabric
 
 import (
