@@ -48,7 +48,17 @@ type Client struct {
 
 	lockSlots chan struct{} // bounds the lock requests waiting (maxLockWaits)
 
-	mu       sync.Mutex // serializes the calls; guards what follows
+	// The calls that carry one NIC atomic each (FetchAndOp and
+	// CompareAndSwap on the NIC) take a lane: many of them are in flight
+	// at once, none holding mu while it waits (lane.go).
+	lanes  [maxLanes]lane
+	free   atomic.Uint32 // the free lanes, a bit each
+	parked atomic.Uint32 // lanes whose caller waits to be handed the polling of the CQ
+	quiet  atomic.Bool   // no request pending and no reply awaited: a lane call may pass the calls under mu
+	failed atomic.Bool   // err is set
+	use    sync.RWMutex  // lane calls read-hold it; Close takes it before it frees the QP
+
+	mu       callMu // serializes the other calls; guards what follows
 	closed   bool
 	awaiting uint32      // a request whose caller left before its reply came
 	pend     *Request    // the operation a request-based call started, not finished
@@ -71,8 +81,8 @@ const (
 	resultOff  = 0
 	sendOff    = 64
 	recvOff    = 512
-	clientRecv = 7 // receive buffers posted: a reply and maxLockWaits grants fit
-	stagingOff = 4096
+	clientRecv = 7    // receive buffers posted: a reply and maxLockWaits grants fit
+	stagingOff = 4096 // then ClientConfig.StagingSize bytes, then a result word per lane
 
 	recvTag   = 1 << 63 // marks receive work request ids
 	spinPolls = 64      // CQ polls before sleeping on the channel
@@ -85,8 +95,13 @@ const (
 // many connections as it takes, verbs.ErrNoListener when nothing listens
 // there, and ErrProtocol when the peer does not speak this protocol.
 //
-// A Client may be used by many goroutines at once; its calls are carried
-// out one at a time. Close it to release its connection and memory.
+// A Client may be used by many goroutines at once. A FetchAndOp or
+// CompareAndSwap that is one NIC atomic (the route of atomics' default
+// policy for SUM, NO_OP and compare-and-swap on 64-bit integers) runs
+// beside the others, up to 16 in flight on the connection; the other
+// calls are carried out one at a time. Calls of different goroutines are
+// not ordered with each other (those of one goroutine are). Close it to
+// release its connection and memory.
 //
 // Like Listen, Dial gives a process with one P (GOMAXPROCS 1) a second
 // one unless the GOMAXPROCS environment variable set it (see the package
@@ -101,6 +116,7 @@ func Dial(ctx context.Context, addr string, cfg ClientConfig) (c *Client, err er
 		return nil, err
 	}
 	c = &Client{cfg: cfg, addr: ap, lockSlots: make(chan struct{}, maxLockWaits)}
+	c.initLanes()
 	made := c
 	defer func() {
 		if err != nil {
@@ -138,10 +154,10 @@ func Dial(ctx context.Context, addr string, cfg ClientConfig) (c *Client, err er
 	if c.cc, err = c.dev.CreateCompChannel(); err != nil {
 		return nil, err
 	}
-	if c.cq, err = c.dev.CreateCQ(32, c.cc); err != nil {
+	if c.cq, err = c.dev.CreateCQ(sendDepth+clientRecv, c.cc); err != nil {
 		return nil, err
 	}
-	if c.buf, err = verbs.Alloc(stagingOff + cfg.StagingSize); err != nil {
+	if c.buf, err = verbs.Alloc(c.laneOff() + 8*maxLanes); err != nil {
 		return nil, err
 	}
 	if c.mr, err = c.pd.RegisterMR(c.buf, verbs.AccessLocalWrite); err != nil {
@@ -156,7 +172,7 @@ func Dial(ctx context.Context, addr string, cfg ClientConfig) (c *Client, err er
 	if err = c.id.SetAckTimeout(cfg.AckTimeout); err != nil {
 		return nil, err
 	}
-	if c.qp, err = c.id.CreateQP(c.pd, verbs.QPConfig{SendCQ: c.cq, RecvCQ: c.cq, MaxSendWR: 16, MaxRecvWR: clientRecv}); err != nil {
+	if c.qp, err = c.id.CreateQP(c.pd, verbs.QPConfig{SendCQ: c.cq, RecvCQ: c.cq, MaxSendWR: sendDepth, MaxRecvWR: clientRecv}); err != nil {
 		return nil, err
 	}
 	for i := 0; i < clientRecv; i++ {
@@ -311,6 +327,9 @@ func (c *Client) Close() error {
 	if c.closing.CompareAndSwap(false, true) {
 		c.cc.Wake() // a call sleeping on the completion channel sees closing
 	}
+	c.nudgeAll()
+	c.use.Lock() // the lane calls have left
+	defer c.use.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -322,6 +341,7 @@ func (c *Client) Close() error {
 			r.done, r.err = true, ErrClosed
 		}
 		c.pend = nil
+		c.setQuiet()
 	}
 	c.id.Disconnect()
 	return c.release()
@@ -401,6 +421,7 @@ func (c *Client) begin(ctx context.Context) error {
 			return err
 		}
 		c.awaiting = 0
+		c.setQuiet()
 	}
 	if c.done < c.posted {
 		return c.wait(ctx, c.posted, 0)
@@ -418,14 +439,32 @@ func (c *Client) fail(err error) {
 	} else {
 		c.err = fmt.Errorf("service: connection to %v lost: %w: %w", c.addr, verbs.ErrPeerLost, err)
 	}
+	c.failed.Store(true)
 }
 
 var errDisconnected = errors.New("the server disconnected")
 
 // wait waits until send work request wr has completed and, if reply is
-// not 0, the reply to request reply has arrived: it polls the CQ a
-// while, then sleeps on the completion channel. c.mu is held.
+// not 0, the reply to request reply has arrived. c.mu is held.
 func (c *Client) wait(ctx context.Context, wr uint64, reply uint32) error {
+	return c.waitFor(ctx, reply, func() bool {
+		if reply != 0 {
+			return c.replySeq == reply
+		}
+		return c.done >= wr
+	})
+}
+
+// waitLanes waits until no lane abandoned by its caller is in flight.
+// c.mu is held.
+func (c *Client) waitLanes(ctx context.Context) error {
+	return c.waitFor(ctx, 0, c.lanesIdle)
+}
+
+// waitFor polls the CQ until cond holds: a while, then it sleeps on the
+// completion channel. If ctx ends first and reply is not 0, the next call
+// waits for that reply first. c.mu is held.
+func (c *Client) waitFor(ctx context.Context, reply uint32, cond func() bool) error {
 	spins, armed := 0, false
 	for {
 		n, err := c.cq.Poll(c.wcs[:])
@@ -436,13 +475,13 @@ func (c *Client) wait(ctx context.Context, wr uint64, reply uint32) error {
 		for i := 0; i < n; i++ {
 			c.complete(&c.wcs[i])
 		}
-		if reply != 0 && c.replySeq == reply {
+		if reply != 0 && cond() {
 			return nil // the reply came: the request's send completed too
 		}
 		if c.err != nil {
 			return c.err
 		}
-		if c.done >= wr && reply == 0 {
+		if reply == 0 && cond() {
 			return nil
 		}
 		if c.lost.Load() {
@@ -472,6 +511,7 @@ func (c *Client) wait(ctx context.Context, wr uint64, reply uint32) error {
 			if ctx.Err() != nil {
 				if reply != 0 {
 					c.awaiting = reply // the next call waits for it first
+					c.setQuiet()
 				}
 				return ctx.Err()
 			}
@@ -484,6 +524,10 @@ func (c *Client) wait(ctx context.Context, wr uint64, reply uint32) error {
 
 // complete handles one completion; c.mu is held.
 func (c *Client) complete(wc *verbs.WC) {
+	if wc.WRID&laneTag != 0 {
+		c.laneDone(int(wc.WRID&^laneTag), wc.Err())
+		return
+	}
 	if wc.WRID&recvTag == 0 {
 		c.done = wc.WRID
 		if err := wc.Err(); err != nil {

@@ -151,8 +151,9 @@
 // (AccumulateTo, GetAccumulateTo; origins and results are packed), and
 // there is no byte-order probe
 // of the NIC's atomics (the group windows' atomics.Probe), no unexposing
-// a window while clients use it, and one call at a time per Client (a
-// Lock waiting for the server excepted: the client's other calls go on
-// meanwhile; open several Clients for parallelism). Listen needs a
-// specific IP address, not 0.0.0.0.
+// a window while clients use it, and only the NIC atomics run many at
+// once on one Client (see Dial; the other calls of a Client run one at a
+// time, a Lock waiting for the server excepted: open several Clients for
+// parallel Puts, Gets and engine calls). Listen needs a specific IP
+// address, not 0.0.0.0.
 package service

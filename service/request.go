@@ -72,6 +72,7 @@ func completed(err error) (*Request, error) {
 func (c *Client) start(r *Request) *Request {
 	r.c = c
 	c.pend = r
+	c.setQuiet()
 	return r
 }
 
@@ -104,6 +105,7 @@ func (c *Client) finishPending(ctx context.Context) error {
 	if err != nil && ctx.Err() != nil && c.err == nil {
 		if r.kind == reqEngine {
 			c.awaiting = 0 // the request waits for its reply itself
+			c.setQuiet()
 		}
 		return ctx.Err()
 	}
@@ -111,6 +113,7 @@ func (c *Client) finishPending(ctx context.Context) error {
 		r.done, r.err = true, err
 	}
 	c.pend = nil
+	c.setQuiet()
 	return nil
 }
 

@@ -146,10 +146,34 @@ func (w *Window) FetchAndOp(ctx context.Context, origin, result []byte, dt datat
 	if o == op.NoOp {
 		origin = nil
 	}
+	if route := w.policy.FetchAndOp(o, dt); route == atomics.NICFetchAdd || route == atomics.NICRead {
+		if err := w.laneChecks(disp, fetchNeeds(o)); err != nil {
+			return err
+		}
+		kind, v := laneRead8, uint64(0)
+		if route == atomics.NICFetchAdd {
+			kind, v = laneFetchAdd, binary.NativeEndian.Uint64(origin)
+		}
+		if old, ok, err := w.c.laneAtomic(ctx, kind, w.addr+uint64(disp), w.rkey, v, 0); ok {
+			if err == nil {
+				binary.NativeEndian.PutUint64(result, old)
+			}
+			return err
+		}
+	}
 	c := w.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return w.getAccumulate(ctx, origin, result, dt, disp, o)
+}
+
+// laneChecks are the checks of a call that takes a lane (lane.go): an
+// aligned word in the window, and the access it needs.
+func (w *Window) laneChecks(disp int, a Access) error {
+	if err := w.checkAtomic(disp); err != nil {
+		return err
+	}
+	return w.need(a)
 }
 
 // CompareAndSwap is MPI_Compare_and_swap on one element of type dt (an
@@ -160,6 +184,20 @@ func (w *Window) FetchAndOp(ctx context.Context, origin, result []byte, dt datat
 // when either side's device has no atomics, to the server's engine.
 // rma.CompareAndSwap takes and returns Go values.
 func (w *Window) CompareAndSwap(ctx context.Context, origin, compare, result []byte, dt datatype.Basic, disp int) error {
+	if w.policy.CompareAndSwap(dt) == atomics.NICCompareSwap && op.CheckCompareAndSwap(dt) == nil &&
+		len(origin) == 8 && len(compare) == 8 && len(result) == 8 {
+		if err := w.laneChecks(disp, AccessAtomic); err != nil {
+			return err
+		}
+		old, ok, err := w.c.laneAtomic(ctx, laneCompareSwap, w.addr+uint64(disp), w.rkey,
+			binary.NativeEndian.Uint64(compare), binary.NativeEndian.Uint64(origin))
+		if ok {
+			if err == nil {
+				binary.NativeEndian.PutUint64(result, old)
+			}
+			return err
+		}
+	}
 	c := w.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -550,6 +588,7 @@ func (w *Window) lockLocked(ctx context.Context, code byte, all bool) error {
 		}
 		if werr != nil {
 			c.awaiting = 0
+			c.setQuiet()
 			c.fail(fmt.Errorf("withdrawing a lock request: %w", werr))
 			if !c.closed {
 				c.id.Disconnect() // the server then frees whatever it granted
@@ -735,5 +774,8 @@ func (w *Window) Flush(ctx context.Context) error {
 	c := w.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.begin(ctx)
+	if err := c.begin(ctx); err != nil {
+		return err
+	}
+	return c.waitLanes(ctx)
 }

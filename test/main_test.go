@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"strings"
 	"sync"
 	"testing"
@@ -105,6 +106,7 @@ func newLaunch(t *testing.T, role string, size int, env ...string) *launch {
 func (l *launch) start(ctx context.Context, rank int, secret string, extra ...string) *proc {
 	p := &proc{rank: rank}
 	p.cmd = exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+	p.cmd.Cancel = quitProcess(p.cmd)
 	p.cmd.Env = append(os.Environ(),
 		"RMA_TEST_ROLE="+l.role,
 		"RMA_RANK="+strconv.Itoa(rank),
@@ -187,4 +189,12 @@ func value(t *testing.T, out, key string) string {
 	}
 	t.Fatalf("no %s= in output:\n%s", key, out)
 	return ""
+}
+
+// quitProcess is the Cancel of a test's child process whose context ended:
+// SIGQUIT, so that the Go runtime prints every goroutine's stack into the
+// output the test shows (the process is killed WaitDelay later if it is
+// still there).
+func quitProcess(cmd *exec.Cmd) func() error {
+	return func() error { return cmd.Process.Signal(syscall.SIGQUIT) }
 }

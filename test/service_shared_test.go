@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -207,6 +208,50 @@ func svcShared(ctx context.Context, addr string) error {
 	}
 	if err := w.Get(ctx, b[:8], 0); err != nil || binary.NativeEndian.Uint64(b[:]) != n {
 		return fmt.Errorf("the counter after a cancelled FetchAndOp: %d, %v; want %d", binary.NativeEndian.Uint64(b[:]), err, n)
+	}
+	// FetchAndOps whose contexts end while they are in flight, from
+	// sharedGoroutines goroutines: each either succeeds with an old value
+	// of its own or fails with its context's error, having been applied or
+	// not; Flush then waits for those still in flight, and the counter
+	// ends between the successes and the successes plus the cut ones.
+	var ok, cut atomic.Int64
+	for g := range sharedGoroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range 40 {
+				cctx, cancel := context.WithTimeout(ctx, time.Duration(5+(g*40+k)%40)*time.Microsecond)
+				_, err := rma.FetchAndOp(cctx, w, int64(1), 0, op.Sum)
+				cancel()
+				switch {
+				case err == nil:
+					ok.Add(1)
+				case errors.Is(err, context.DeadlineExceeded):
+					cut.Add(1)
+				default:
+					fail(fmt.Errorf("goroutine %d cut FetchAndOp %d: %w", g, k, err))
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if first != nil {
+		return first
+	}
+	if err := w.Flush(ctx); err != nil {
+		return fmt.Errorf("Flush after cut FetchAndOps: %w", err)
+	}
+	if err := w.Get(ctx, b[:8], 0); err != nil {
+		return err
+	}
+	got := int64(binary.NativeEndian.Uint64(b[:])) - n
+	fmt.Printf("shared: cut FetchAndOps: %d succeeded, %d cut, the counter grew by %d\n", ok.Load(), cut.Load(), got)
+	if got < ok.Load() || got > ok.Load()+cut.Load() {
+		return fmt.Errorf("the counter grew by %d with %d FetchAndOps succeeded and %d cut", got, ok.Load(), cut.Load())
+	}
+	if _, err := rma.FetchAndOp(ctx, w, int64(1), 0, op.Sum); err != nil {
+		return fmt.Errorf("a FetchAndOp after the cut ones: %w", err)
 	}
 	fmt.Println("shared=ok")
 	return nil

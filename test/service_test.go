@@ -904,6 +904,7 @@ func (s *svcTest) start(name, role string, env ...string) *cmProc {
 	s.t.Helper()
 	p := &cmProc{name: name, done: make(chan error, 1)}
 	p.cmd = exec.CommandContext(s.ctx, os.Args[0], "-test.run=^$")
+	p.cmd.Cancel = quitProcess(p.cmd)
 	p.cmd.Env = append(os.Environ(), "RMA_SVC_ROLE="+role, "RMA_TEST_DIR="+s.dir, "RMA_SVC_SECRET="+s.secret)
 	p.cmd.Env = append(p.cmd.Env, env...)
 	p.cmd.Stdout = &p.out

@@ -600,6 +600,7 @@ func startCM(ctx context.Context, t *testing.T, name, role, dir string, env ...s
 	t.Helper()
 	p := &cmProc{name: name, done: make(chan error, 1)}
 	p.cmd = exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+	p.cmd.Cancel = quitProcess(p.cmd)
 	p.cmd.Env = append(os.Environ(), "RMA_CM_ROLE="+role, "RMA_TEST_DIR="+dir)
 	p.cmd.Env = append(p.cmd.Env, env...)
 	p.cmd.Stdout = &p.out

@@ -1,0 +1,343 @@
+package service
+
+import (
+	"context"
+	"encoding/binary"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+
+	"github.com/onesided/rma/internal/procs"
+	"github.com/onesided/rma/verbs"
+)
+
+// Lanes: many NIC atomics in flight on a client's one connection.
+//
+// A call that is one NIC atomic (a FetchAndOp or CompareAndSwap the NIC
+// carries out) takes a free lane, posts its work request with the lane's
+// result word as destination and the lane in its id, and waits without
+// holding the client's mu: any number of lanes are in flight at once, up
+// to maxLanes, as many as the connection's send queue has room for beside
+// the other calls. Completions come on the client's one CQ, which only
+// the holder of mu polls; complete marks the lane done and wakes its
+// caller. A lane caller that finds mu free takes it and polls (spinning a
+// while, then sleeping on the completion channel, as the other calls do)
+// until its own lane is done; one that finds mu taken parks until its lane
+// is done or mu's holder, leaving, hands it the polling (callMu.Unlock).
+//
+// A lane call does not wait for the calls under mu, nor they for it: calls
+// of different goroutines are not ordered, as on a group window. It takes
+// the serialized path (mu) when the client has a request-based call
+// pending or a reply awaited, so that the calls of one goroutine stay in
+// order, and when every lane is in flight. A lane whose caller's context
+// ended stays in flight until its completion comes; Flush waits for it.
+
+const (
+	maxLanes  = 16
+	laneTag   = 1 << 62 // marks the work request ids of lanes
+	sendDepth = maxLanes + 16
+)
+
+// lane is one NIC atomic in flight.
+type lane struct {
+	done      atomic.Bool // its completion came (err then holds its status)
+	err       error       // under mu
+	abandoned bool        // under mu: its caller left; laneDone frees it
+	ch        chan struct{}
+}
+
+func (c *Client) initLanes() {
+	c.mu.c = c
+	for i := range c.lanes {
+		c.lanes[i].ch = make(chan struct{}, 1)
+	}
+	c.free.Store(1<<maxLanes - 1)
+	c.quiet.Store(true)
+}
+
+// laneOff is the offset in buf of lane 0's result word.
+func (c *Client) laneOff() int { return stagingOff + c.cfg.StagingSize }
+
+// setQuiet records whether a lane call may pass the calls under mu; mu is held.
+func (c *Client) setQuiet() { c.quiet.Store(c.pend == nil && c.awaiting == 0) }
+
+// callMu is Client.mu. Unlock hands the polling of the CQ to a lane
+// caller parked waiting for it.
+type callMu struct {
+	sync.Mutex
+	c *Client
+}
+
+func (m *callMu) Unlock() {
+	m.Mutex.Unlock()
+	if c := m.c; c != nil {
+		if p := c.parked.Load(); p != 0 {
+			c.nudge(lowestBit(p))
+		}
+	}
+}
+
+func lowestBit(p uint32) int {
+	i := 0
+	for p&1 == 0 {
+		p >>= 1
+		i++
+	}
+	return i
+}
+
+// setParked sets or clears bit in c.parked.
+func (c *Client) setParked(bit uint32, on bool) {
+	for {
+		p := c.parked.Load()
+		q := p &^ bit
+		if on {
+			q = p | bit
+		}
+		if c.parked.CompareAndSwap(p, q) {
+			return
+		}
+	}
+}
+
+// nudge wakes lane i's caller, if it is parked.
+func (c *Client) nudge(i int) {
+	select {
+	case c.lanes[i].ch <- struct{}{}:
+	default:
+	}
+}
+
+// nudgeAll wakes every parked lane caller (Close).
+func (c *Client) nudgeAll() {
+	for i := range c.lanes {
+		c.nudge(i)
+	}
+}
+
+// laneKind is what a lane call posts.
+type laneKind uint8
+
+const (
+	laneFetchAdd laneKind = iota
+	laneCompareSwap
+	laneRead8
+)
+
+// laneAtomic carries out one NIC atomic on a lane: a fetch-and-add of a,
+// a compare-and-swap of a (compare) and b (swap), or an 8-byte read. ok
+// false says it did not, and the caller takes the serialized path.
+func (c *Client) laneAtomic(ctx context.Context, kind laneKind, raddr uint64, rkey uint32, a, b uint64) (old uint64, ok bool, err error) {
+	if !c.quiet.Load() || c.failed.Load() || c.closing.Load() {
+		return 0, false, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, true, err // a call whose context has ended sends nothing
+	}
+	i := c.takeLane()
+	if i < 0 {
+		return 0, false, nil
+	}
+	if !c.use.TryRLock() { // Close is under way
+		c.putLane(i)
+		return 0, true, ErrClosed
+	}
+	defer c.use.RUnlock()
+	l := &c.lanes[i]
+	l.done.Store(false)
+	l.err = nil
+	off := c.laneOff() + 8*i
+	local, wr := c.mr.Local(off, 8), laneTag|uint64(i)
+	switch kind {
+	case laneFetchAdd:
+		err = c.qp.PostFetchAdd(wr, local, raddr, rkey, a, verbs.SendSignaled)
+	case laneCompareSwap:
+		err = c.qp.PostCompareSwap(wr, local, raddr, rkey, a, b, verbs.SendSignaled)
+	default:
+		err = c.qp.PostRead(wr, local, raddr, rkey, verbs.SendSignaled)
+	}
+	if err != nil {
+		c.putLane(i)
+		return 0, true, err
+	}
+	if kind == laneRead8 {
+		c.stats.reads.Add(1)
+		c.stats.bytesRead.Add(8)
+	} else {
+		c.stats.nicAtomics.Add(1)
+	}
+	if err := c.laneWait(ctx, l, i); err != nil {
+		return 0, true, err
+	}
+	old = binary.NativeEndian.Uint64(c.buf[off:])
+	c.putLane(i)
+	return old, true, nil
+}
+
+// takeLane takes a free lane, or returns -1 if every lane is in flight.
+func (c *Client) takeLane() int {
+	for {
+		f := c.free.Load()
+		if f == 0 {
+			return -1
+		}
+		i := bits.TrailingZeros32(f)
+		if c.free.CompareAndSwap(f, f&^(1<<i)) {
+			return i
+		}
+	}
+}
+
+// putLane gives lane i back.
+func (c *Client) putLane(i int) {
+	for {
+		f := c.free.Load()
+		if c.free.CompareAndSwap(f, f|1<<i) {
+			return
+		}
+	}
+}
+
+// isDone reports whether the lane's completion came.
+func (l *lane) isDone() bool { return l.done.Load() }
+
+// laneWait waits for lane i's completion: see the comment at the top.
+// On an error other than its completion's it leaves the lane in flight,
+// abandoned (laneDone frees it).
+func (c *Client) laneWait(ctx context.Context, l *lane, i int) error {
+	bit := uint32(1) << i
+	for {
+		if l.isDone() {
+			return c.laneResult(l)
+		}
+		if c.closing.Load() {
+			return c.abandon(l, i, ErrClosed)
+		}
+		if !c.mu.TryLock() {
+			// Park until the lane is done or mu's holder hands over;
+			// try mu once more after registering, so that a holder
+			// that left meanwhile is not missed.
+			c.setParked(bit, true)
+			if l.isDone() || !c.mu.TryLock() {
+				if !l.isDone() {
+					select {
+					case <-l.ch:
+					case <-ctx.Done():
+					}
+				}
+				c.setParked(bit, false)
+				if err := ctx.Err(); err != nil && !l.isDone() {
+					return c.abandon(l, i, err)
+				}
+				continue
+			}
+			c.setParked(bit, false)
+		}
+		// mu is held: poll, as wait does, until the lane is done (it may
+		// be already); then hand the polling on.
+		var err error
+		spins, armed := 0, false
+		for err == nil && !l.isDone() && !c.closing.Load() {
+			err = c.pollLane(ctx, l, &spins, &armed)
+		}
+		c.mu.Unlock()
+		if err != nil && !l.isDone() {
+			return c.abandon(l, i, err)
+		}
+	}
+}
+
+// pollLane polls the CQ once for laneWait, or sleeps on the completion
+// channel once it has spun long enough; mu is held.
+func (c *Client) pollLane(ctx context.Context, l *lane, spins *int, armed *bool) error {
+	if c.err != nil {
+		return c.err
+	}
+	if c.lost.Load() {
+		c.fail(errDisconnected)
+		return c.err
+	}
+	n, err := c.cq.Poll(c.wcs[:])
+	procs.Polled()
+	if err != nil {
+		c.fail(err)
+		return c.err
+	}
+	for k := 0; k < n; k++ {
+		c.complete(&c.wcs[k])
+	}
+	switch {
+	case n > 0 || l.isDone():
+		*spins, *armed = 0, false
+	case *spins < spinPolls:
+		*spins++
+	case !*armed:
+		if err := c.cq.ReqNotify(); err != nil {
+			c.fail(err)
+			return c.err
+		}
+		*armed = true // poll once more: a completion may have come before the arming
+	default:
+		if err := c.cc.Wait(ctx); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			c.fail(err)
+			return c.err
+		}
+		*armed = false
+	}
+	return nil
+}
+
+// laneResult is the error of a lane whose completion came: its own, or
+// the connection's failure it caused (both written before done was).
+func (c *Client) laneResult(l *lane) error {
+	if l.err != nil && c.failed.Load() {
+		return c.err
+	}
+	return l.err
+}
+
+// abandon leaves lane i in flight for laneDone to free, and returns err.
+func (c *Client) abandon(l *lane, i int, err error) error {
+	c.mu.Lock()
+	if l.isDone() {
+		c.putLane(i)
+	} else {
+		l.abandoned = true
+	}
+	c.mu.Unlock()
+	return err
+}
+
+// laneDone records the completion of lane i's work request; mu is held.
+func (c *Client) laneDone(i int, err error) {
+	if i >= maxLanes {
+		return
+	}
+	l := &c.lanes[i]
+	if err != nil {
+		c.fail(err) // the QP is in the error state: the connection is lost
+	}
+	l.err = err
+	l.done.Store(true)
+	if l.abandoned {
+		l.abandoned = false
+		c.putLane(i)
+		return
+	}
+	if c.parked.Load()&(1<<i) != 0 {
+		c.nudge(i) // its caller set its bit before it last looked at done
+	}
+}
+
+// lanesIdle reports whether no abandoned lane is in flight; mu is held.
+func (c *Client) lanesIdle() bool {
+	for i := range c.lanes {
+		if c.lanes[i].abandoned {
+			return false
+		}
+	}
+	return true
+}
