@@ -18,13 +18,16 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unsafe"
 
+	"github.com/onesided/rma"
 	"github.com/onesided/rma/datatype"
 	"github.com/onesided/rma/group"
 	"github.com/onesided/rma/op"
+	"github.com/onesided/rma/service"
 	"github.com/onesided/rma/verbs"
 	"github.com/onesided/rma/win"
 )
@@ -432,7 +435,6 @@ func workConfMixed(ctx context.Context, g *group.Group) error {
 	if err := w.LockAll(ctx); err != nil {
 		return err
 	}
-	var origin, result [8]byte
 	start := uint64(0) // Allocate zeroes the window
 	cur := start       // the value this rank last saw, for CompareAndSwap
 	badRounds := 0
@@ -446,57 +448,9 @@ func workConfMixed(ctx context.Context, g *group.Group) error {
 		if sumRound || round/2%n == me {
 			blindAt = rng.IntN(confMixPerRound + 1)
 		}
-		recs := make([]confMixRec, 0, confMixPerRound+1)
-		for i := 0; i <= confMixPerRound; i++ {
-			if i == blindAt {
-				r := confMixRec{Kind: mixAccSum, A: 1 + rng.Uint64N(1<<20)}
-				o := op.Sum
-				if !sumRound {
-					r = confMixRec{Kind: mixAccReplace, A: rng.Uint64() >> 2}
-					o = op.Replace
-				}
-				binary.NativeEndian.PutUint64(origin[:], r.A)
-				if err := w.Accumulate(ctx, origin[:], datatype.Int64, 0, 0, o); err != nil {
-					return fmt.Errorf("round %d: %v: %w", round, r, err)
-				}
-				recs = append(recs, r)
-			}
-			if i == confMixPerRound {
-				break
-			}
-			var r confMixRec
-			var old int64
-			var err error
-			switch k := rng.IntN(100); {
-			case k < 22:
-				r = confMixRec{Kind: mixCAS, A: cur, B: rng.Uint64() >> 2}
-				old, err = win.CompareAndSwap(ctx, w, int64(r.A), int64(r.B), 0, 0)
-			case k < 40:
-				r = confMixRec{Kind: mixFopReplace, A: rng.Uint64() >> 2}
-				old, err = win.FetchAndOp(ctx, w, int64(r.A), 0, 0, op.Replace)
-			case k < 60:
-				r = confMixRec{Kind: mixFopSum, A: 1 + rng.Uint64N(1<<20)}
-				old, err = win.FetchAndOp(ctx, w, int64(r.A), 0, 0, op.Sum)
-			case k < 70:
-				r = confMixRec{Kind: mixFopNoOp}
-				old, err = win.FetchAndOp(ctx, w, int64(0), 0, 0, op.NoOp)
-			case k < 85:
-				r = confMixRec{Kind: mixGaBxor, A: 1 + rng.Uint64N(1<<40)}
-				binary.NativeEndian.PutUint64(origin[:], r.A)
-				err = w.GetAccumulate(ctx, origin[:], result[:], datatype.Int64, 0, 0, op.Bxor)
-				old = int64(binary.NativeEndian.Uint64(result[:]))
-			default:
-				r = confMixRec{Kind: mixGaMax, A: rng.Uint64() >> 2}
-				binary.NativeEndian.PutUint64(origin[:], r.A)
-				err = w.GetAccumulate(ctx, origin[:], result[:], datatype.Int64, 0, 0, op.Max)
-				old = int64(binary.NativeEndian.Uint64(result[:]))
-			}
-			if err != nil {
-				return fmt.Errorf("round %d op %d: %v: %w", round, i, r, err)
-			}
-			r.Old = uint64(old)
-			cur = r.next()
-			recs = append(recs, r)
+		recs, err := confMixRound(ctx, w.Target(0), rng, round, sumRound, blindAt, &cur)
+		if err != nil {
+			return err
 		}
 		if err := w.Flush(ctx, 0); err != nil {
 			return fmt.Errorf("round %d: flush: %w", round, err)
@@ -563,6 +517,67 @@ func workConfMixed(ctx context.Context, g *group.Group) error {
 	}
 	fmt.Println("mixed=ok")
 	return nil
+}
+
+// confMixRound issues one rank's ops of a round on word 0 of w (a group
+// window's view of rank 0, or a service window): confMixPerRound fetching
+// ops of random kinds, and at blindAt (if not -1) the round's Accumulate.
+// cur is the value this rank last saw, for CompareAndSwap.
+func confMixRound(ctx context.Context, w rma.Window, rng *rand.Rand, round int, sumRound bool, blindAt int, cur *uint64) ([]confMixRec, error) {
+	var origin, result [8]byte
+	recs := make([]confMixRec, 0, confMixPerRound+1)
+	for i := 0; i <= confMixPerRound; i++ {
+		if i == blindAt {
+			r := confMixRec{Kind: mixAccSum, A: 1 + rng.Uint64N(1<<20)}
+			o := op.Sum
+			if !sumRound {
+				r = confMixRec{Kind: mixAccReplace, A: rng.Uint64() >> 2}
+				o = op.Replace
+			}
+			binary.NativeEndian.PutUint64(origin[:], r.A)
+			if err := w.Accumulate(ctx, origin[:], datatype.Int64, 0, o); err != nil {
+				return nil, fmt.Errorf("round %d: %v: %w", round, r, err)
+			}
+			recs = append(recs, r)
+		}
+		if i == confMixPerRound {
+			break
+		}
+		var r confMixRec
+		var old int64
+		var err error
+		switch k := rng.IntN(100); {
+		case k < 22:
+			r = confMixRec{Kind: mixCAS, A: *cur, B: rng.Uint64() >> 2}
+			old, err = rma.CompareAndSwap(ctx, w, int64(r.A), int64(r.B), 0)
+		case k < 40:
+			r = confMixRec{Kind: mixFopReplace, A: rng.Uint64() >> 2}
+			old, err = rma.FetchAndOp(ctx, w, int64(r.A), 0, op.Replace)
+		case k < 60:
+			r = confMixRec{Kind: mixFopSum, A: 1 + rng.Uint64N(1<<20)}
+			old, err = rma.FetchAndOp(ctx, w, int64(r.A), 0, op.Sum)
+		case k < 70:
+			r = confMixRec{Kind: mixFopNoOp}
+			old, err = rma.FetchAndOp(ctx, w, int64(0), 0, op.NoOp)
+		case k < 85:
+			r = confMixRec{Kind: mixGaBxor, A: 1 + rng.Uint64N(1<<40)}
+			binary.NativeEndian.PutUint64(origin[:], r.A)
+			err = w.GetAccumulate(ctx, origin[:], result[:], datatype.Int64, 0, op.Bxor)
+			old = int64(binary.NativeEndian.Uint64(result[:]))
+		default:
+			r = confMixRec{Kind: mixGaMax, A: rng.Uint64() >> 2}
+			binary.NativeEndian.PutUint64(origin[:], r.A)
+			err = w.GetAccumulate(ctx, origin[:], result[:], datatype.Int64, 0, op.Max)
+			old = int64(binary.NativeEndian.Uint64(result[:]))
+		}
+		if err != nil {
+			return nil, fmt.Errorf("round %d op %d: %v: %w", round, i, r, err)
+		}
+		r.Old = uint64(old)
+		*cur = r.next()
+		recs = append(recs, r)
+	}
+	return recs, nil
 }
 
 // TestConfMixedOpsOneWord: 4 ranks hammer one int64 word with every kind of
@@ -1056,5 +1071,98 @@ func TestConfMisalignedAccumulate(t *testing.T) {
 	outs := newLaunch(t, "conf-misaligned", 2).run(2 * time.Minute)
 	for _, o := range outs {
 		value(t, o, "misaligned")
+	}
+}
+
+func init() { svcModes["mixed"] = svcConfMixed }
+
+// svcConfMixed is workConfMixed on service windows: four workers,
+// goroutines of one process, apply the same random mix to word 0 of
+// window "counter", in rounds separated by Flush; workers 0 and 1 share
+// one Client (their NIC atomics in flight at once on one connection),
+// the others have a Client each. Every round's returned values must fit
+// one sequential history of the word.
+func svcConfMixed(ctx context.Context, addr string) error {
+	const n = 4
+	seed := confWorkerSeed()
+	fmt.Printf("seed=%d\n", seed)
+	ws := make([]rma.Window, n)
+	for r := range n {
+		if r == 1 {
+			ws[1] = ws[0]
+			continue
+		}
+		cl, err := service.Dial(ctx, addr, svcConfig())
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		if ws[r], err = cl.Open(ctx, "counter"); err != nil {
+			return err
+		}
+	}
+	rngs, curs := make([]*rand.Rand, n), make([]uint64, n)
+	for r := range n {
+		rngs[r] = rand.New(rand.NewPCG(seed, uint64(r)+1))
+	}
+	start, badRounds := uint64(0), 0
+	var failures []string
+	for round := 0; round < confMixRounds; round++ {
+		sumRound := round%2 == 0
+		recs, errs := make([][]confMixRec, n), make([]error, n)
+		var wg sync.WaitGroup
+		for r := range n {
+			blindAt := -1
+			if sumRound || round/2%n == r {
+				blindAt = rngs[r].IntN(confMixPerRound + 1)
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if recs[r], errs[r] = confMixRound(ctx, ws[r], rngs[r], round, sumRound, blindAt, &curs[r]); errs[r] == nil {
+					errs[r] = ws[r].Flush(ctx)
+				}
+			}()
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return err
+		}
+		end, err := rma.FetchAndOp(ctx, ws[0], int64(0), 0, op.NoOp)
+		if err != nil {
+			return fmt.Errorf("round %d: reading the word: %w", round, err)
+		}
+		for r := range curs {
+			curs[r] = uint64(end)
+		}
+		if err := confMixHistory(start, uint64(end), recs); err != nil {
+			if badRounds++; badRounds <= 3 {
+				msg := fmt.Sprintf("round %d (seed %d, from %#x to %#x): no order of the ops explains what they returned:\n\t%v",
+					round, seed, start, end, err)
+				fmt.Println("history:", msg)
+				failures = append(failures, msg)
+			}
+		}
+		start = uint64(end)
+	}
+	fmt.Printf("mixed_rounds=%d bad_rounds=%d ops_per_worker=%d\n", confMixRounds, badRounds, confMixRounds*confMixPerRound)
+	if len(failures) > 0 {
+		return errors.New(strings.Join(failures, "\n"))
+	}
+	fmt.Println("mixed=ok")
+	return nil
+}
+
+// TestConfMixedOpsOneWordService is TestConfMixedOpsOneWord on service
+// windows (svcConfMixed).
+func TestConfMixedOpsOneWordService(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s := newSvcTest(t, ctx)
+	srv, addr := s.server("server", 0)
+	out := s.client("client", addr, "mixed", confSeed(t)).wait(t, false)
+	s.stop(srv)
+	if v := value(t, out, "mixed"); v != "ok" {
+		t.Errorf("mixed=%s", v)
 	}
 }
