@@ -71,19 +71,15 @@ type callMu struct {
 func (m *callMu) Unlock() {
 	m.Mutex.Unlock()
 	if c := m.c; c != nil {
-		if p := c.parked.Load(); p != 0 {
-			c.nudge(lowestBit(p))
+		// The first parked caller whose lane is still in flight: one
+		// whose completion came returns without polling.
+		for p := c.parked.Load(); p != 0; p &= p - 1 {
+			if i := bits.TrailingZeros32(p); !c.lanes[i].isDone() {
+				c.nudge(i)
+				return
+			}
 		}
 	}
-}
-
-func lowestBit(p uint32) int {
-	i := 0
-	for p&1 == 0 {
-		p >>= 1
-		i++
-	}
-	return i
 }
 
 // setParked sets or clears bit in c.parked.
