@@ -89,6 +89,7 @@ type secret struct {
 type sconn struct {
 	id        *verbs.CMID
 	qp        *verbs.QP
+	out       replier // qp; the unit tests' record of replies
 	qpn       uint32
 	serial    uint32
 	cNonce    [nonceLen]byte
@@ -482,7 +483,7 @@ func (s *Server) request(ctx context.Context, c *sconn, hello []byte) {
 		refuse(rejectClosing)
 		return
 	}
-	c.qpn = c.qp.Num()
+	c.qpn, c.out = c.qp.Num(), c.qp
 	s.mu.Lock()
 	s.serial = (s.serial + 1) &^ probeTag
 	c.serial = s.serial
@@ -852,7 +853,7 @@ func (s *Server) send(c *sconn, b []byte) bool {
 	if c.sends >= maxConnSends {
 		return false
 	}
-	if err := c.qp.PostSendInline(uint64(c.qpn)<<32|uint64(c.serial), b, verbs.SendSignaled); err != nil {
+	if err := c.out.PostSendInline(uint64(c.qpn)<<32|uint64(c.serial), b, verbs.SendSignaled); err != nil {
 		return false
 	}
 	c.sends++
@@ -875,6 +876,11 @@ func (s *Server) sent(wc *verbs.WC) {
 	if wc.Err() != nil || (c.failing && c.sends == 0) {
 		s.drop(c)
 	}
+}
+
+// replier sends a connection's replies (a *verbs.QP).
+type replier interface {
+	PostSendInline(wrID uint64, data []byte, flags verbs.SendFlags) error
 }
 
 // drop marks c for the watch loop to tear down; s.mu is held.
