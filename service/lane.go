@@ -41,7 +41,7 @@ const (
 // lane is one NIC atomic in flight.
 type lane struct {
 	done      atomic.Bool // its completion came (err then holds its status)
-	err       error       // under mu
+	err       error       // written under mu before done is set; read once it is
 	abandoned bool        // under mu: its caller left; laneDone frees it
 	ch        chan struct{}
 }
