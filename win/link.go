@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/onesided/rma/fallback"
-
 	"github.com/onesided/rma/internal/fabric"
 	"github.com/onesided/rma/verbs"
 )
