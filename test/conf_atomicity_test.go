@@ -27,7 +27,6 @@ import (
 	"github.com/onesided/rma/datatype"
 	"github.com/onesided/rma/group"
 	"github.com/onesided/rma/op"
-	"github.com/onesided/rma/service"
 	"github.com/onesided/rma/verbs"
 	"github.com/onesided/rma/win"
 )
@@ -1086,21 +1085,11 @@ func svcConfMixed(ctx context.Context, addr string) error {
 	const n = 4
 	seed := confWorkerSeed()
 	fmt.Printf("seed=%d\n", seed)
-	ws := make([]rma.Window, n)
-	for r := range n {
-		if r == 1 {
-			ws[1] = ws[0]
-			continue
-		}
-		cl, err := service.Dial(ctx, addr, svcConfig())
-		if err != nil {
-			return err
-		}
-		defer cl.Close()
-		if ws[r], err = cl.Open(ctx, "counter"); err != nil {
-			return err
-		}
+	ws, closeAll, err := svcWorkerWindows(ctx, addr, n)
+	if err != nil {
+		return err
 	}
+	defer closeAll()
 	rngs, curs := make([]*rand.Rand, n), make([]uint64, n)
 	for r := range n {
 		rngs[r] = rand.New(rand.NewPCG(seed, uint64(r)+1))

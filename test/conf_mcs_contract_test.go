@@ -196,21 +196,14 @@ func init() { svcModes["mcs-one"] = svcConfMCSOne }
 // svcConfMCSOne: four workers on window "counter", two sharing a Client.
 func svcConfMCSOne(ctx context.Context, addr string) error {
 	const n = 4
-	ws, ids := make([]rma.Window, n), make([]int64, n)
-	for r := range n {
+	ws, closeAll, err := svcWorkerWindows(ctx, addr, n)
+	if err != nil {
+		return err
+	}
+	defer closeAll()
+	ids := make([]int64, n)
+	for r := range ids {
 		ids[r] = int64(r) + 1
-		if r == 1 {
-			ws[1] = ws[0]
-			continue
-		}
-		cl, err := service.Dial(ctx, addr, svcConfig())
-		if err != nil {
-			return err
-		}
-		defer cl.Close()
-		if ws[r], err = cl.Open(ctx, "counter"); err != nil {
-			return err
-		}
 	}
 	if err := mcsOneReplace(ctx, ws[0], mcsOneNil, mcsOneTail); err != nil {
 		return err
@@ -230,6 +223,36 @@ func svcConfMCSOne(ctx context.Context, addr string) error {
 	}
 	fmt.Println("mcs_one=ok")
 	return nil
+}
+
+// svcWorkerWindows opens window "counter" for n workers of one process:
+// workers 0 and 1 share a Client (their calls in flight together on one
+// connection), the others have one each. closeAll closes the clients.
+func svcWorkerWindows(ctx context.Context, addr string, n int) (ws []rma.Window, closeAll func(), err error) {
+	var cls []*service.Client
+	closeAll = func() {
+		for _, cl := range cls {
+			cl.Close()
+		}
+	}
+	ws = make([]rma.Window, n)
+	for r := range n {
+		if r == 1 {
+			ws[1] = ws[0]
+			continue
+		}
+		cl, err := service.Dial(ctx, addr, svcConfig())
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		cls = append(cls, cl)
+		if ws[r], err = cl.Open(ctx, "counter"); err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+	}
+	return ws, closeAll, nil
 }
 
 // TestConfMCSOneTarget runs the MCS lock on a group window, 4 ranks.
