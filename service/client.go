@@ -48,9 +48,9 @@ type Client struct {
 
 	lockSlots chan struct{} // bounds the lock requests waiting (maxLockWaits)
 
-	// The calls that carry one NIC atomic each (FetchAndOp and
-	// CompareAndSwap on the NIC) take a lane: many of them are in flight
-	// at once, none holding mu while it waits (lane.go).
+	// The calls that are one work request each (FetchAndOp and
+	// CompareAndSwap on the NIC, small Put and Get) take a lane: many of
+	// them are in flight at once, none holding mu while it waits (lane.go).
 	lanes  [maxLanes]lane
 	free   atomic.Uint32 // the free lanes, a bit each
 	parked atomic.Uint32 // lanes whose caller waits to be handed the polling of the CQ
@@ -82,7 +82,7 @@ const (
 	sendOff    = 64
 	recvOff    = 512
 	clientRecv = 7    // receive buffers posted: a reply and maxLockWaits grants fit
-	stagingOff = 4096 // then ClientConfig.StagingSize bytes, then a result word per lane
+	stagingOff = 4096 // then ClientConfig.StagingSize bytes, then a slot per lane
 
 	recvTag   = 1 << 63 // marks receive work request ids
 	spinPolls = 64      // CQ polls before sleeping on the channel
@@ -97,9 +97,9 @@ const (
 //
 // A Client may be used by many goroutines at once. A FetchAndOp or
 // CompareAndSwap that is one NIC atomic (the route of atomics' default
-// policy for SUM, NO_OP and compare-and-swap on 64-bit integers) runs
-// beside the others, up to 16 in flight on the connection; the other
-// calls are carried out one at a time. Calls of different goroutines are
+// policy for SUM, NO_OP and compare-and-swap on 64-bit integers) and a Put
+// or Get of 1 to 256 bytes run beside the others, up to 16 in flight on
+// the connection; the other calls are carried out one at a time. Calls of different goroutines are
 // not ordered with each other (those of one goroutine are). Close it to
 // release its connection and memory.
 //
@@ -157,7 +157,7 @@ func Dial(ctx context.Context, addr string, cfg ClientConfig) (c *Client, err er
 	if c.cq, err = c.dev.CreateCQ(sendDepth+clientRecv, c.cc); err != nil {
 		return nil, err
 	}
-	if c.buf, err = verbs.Alloc(c.laneOff() + 8*maxLanes); err != nil {
+	if c.buf, err = verbs.Alloc(c.laneOff() + laneData*maxLanes); err != nil {
 		return nil, err
 	}
 	if c.mr, err = c.pd.RegisterMR(c.buf, verbs.AccessLocalWrite); err != nil {

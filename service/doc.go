@@ -129,11 +129,11 @@
 // RPut, RGet, RAccumulate and RGetAccumulate start an operation and return
 // its request (MPI_Rput, MPI_Rget, MPI_Raccumulate, MPI_Rget_accumulate);
 // Wait or Test complete it, and a Wait whose context ends abandons it, as
-// rma.Request says for both modes. A client has one operation in flight at a
-// time: its next call (Unlock and Flush included, as MPI requires of
-// them) completes a request's operation first, so a request overlaps the
-// caller's own work, not the client's other calls; open several Clients
-// for operations in flight at once.
+// rma.Request says for both modes. While a request's operation is in
+// flight the client's next call (Unlock and Flush included, as MPI
+// requires of them) completes it first, so a request overlaps the
+// caller's own work, not the client's other calls. Many goroutines
+// sharing a client have its small calls in flight at once (see Dial).
 //
 // # One CPU
 //

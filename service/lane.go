@@ -11,11 +11,12 @@ import (
 	"github.com/onesided/rma/verbs"
 )
 
-// Lanes: many NIC atomics in flight on a client's one connection.
+// Lanes: many calls in flight on a client's one connection.
 //
-// A call that is one NIC atomic (a FetchAndOp or CompareAndSwap the NIC
-// carries out) takes a free lane, posts its work request with the lane's
-// result word as destination and the lane in its id, and waits without
+// A call that is one work request (a FetchAndOp or CompareAndSwap the NIC
+// carries out, a Put or Get of at most laneData bytes) takes a free lane,
+// posts its work request with the lane's slot of the registered buffer as
+// source or destination and the lane in its id, and waits without
 // holding the client's mu: any number of lanes are in flight at once, up
 // to maxLanes, as many as the connection's send queue has room for beside
 // the other calls. Completions come on the client's one CQ, which only
@@ -30,15 +31,17 @@ import (
 // the serialized path (mu) when the client has a request-based call
 // pending or a reply awaited, so that the calls of one goroutine stay in
 // order, and when every lane is in flight. A lane whose caller's context
-// ended stays in flight until its completion comes; Flush waits for it.
+// ended stays in flight until its completion comes; Flush and Unlock wait
+// for it.
 
 const (
 	maxLanes  = 16
+	laneData  = 256     // bytes of a lane's slot
 	laneTag   = 1 << 62 // marks the work request ids of lanes
 	sendDepth = maxLanes + 16
 )
 
-// lane is one NIC atomic in flight.
+// lane is one work request in flight.
 type lane struct {
 	done      atomic.Bool // its completion came (err then holds its status)
 	err       error       // written under mu before done is set; read once it is
@@ -55,7 +58,7 @@ func (c *Client) initLanes() {
 	c.quiet.Store(true)
 }
 
-// laneOff is the offset in buf of lane 0's result word.
+// laneOff is the offset in buf of lane 0's slot.
 func (c *Client) laneOff() int { return stagingOff + c.cfg.StagingSize }
 
 // setQuiet records whether a lane call may pass the calls under mu; mu is held.
@@ -118,12 +121,33 @@ const (
 	laneFetchAdd laneKind = iota
 	laneCompareSwap
 	laneRead8
+	laneWrite // a Put of data
+	laneRead  // a Get into data
 )
 
 // laneAtomic carries out one NIC atomic on a lane: a fetch-and-add of a,
 // a compare-and-swap of a (compare) and b (swap), or an 8-byte read. ok
 // false says it did not, and the caller takes the serialized path.
 func (c *Client) laneAtomic(ctx context.Context, kind laneKind, raddr uint64, rkey uint32, a, b uint64) (old uint64, ok bool, err error) {
+	return c.laneCall(ctx, kind, raddr, rkey, a, b, nil)
+}
+
+// lanePut writes src (at most laneData bytes) to raddr on a lane; ok as
+// for laneAtomic.
+func (c *Client) lanePut(ctx context.Context, src []byte, raddr uint64, rkey uint32) (ok bool, err error) {
+	_, ok, err = c.laneCall(ctx, laneWrite, raddr, rkey, 0, 0, src)
+	return ok, err
+}
+
+// laneGet reads len(dst) bytes (at most laneData) at raddr into dst on a
+// lane; ok as for laneAtomic.
+func (c *Client) laneGet(ctx context.Context, dst []byte, raddr uint64, rkey uint32) (ok bool, err error) {
+	_, ok, err = c.laneCall(ctx, laneRead, raddr, rkey, 0, 0, dst)
+	return ok, err
+}
+
+// laneCall is laneAtomic, lanePut and laneGet.
+func (c *Client) laneCall(ctx context.Context, kind laneKind, raddr uint64, rkey uint32, a, b uint64, data []byte) (old uint64, ok bool, err error) {
 	if !c.quiet.Load() || c.failed.Load() || c.closing.Load() {
 		return 0, false, nil
 	}
@@ -142,13 +166,19 @@ func (c *Client) laneAtomic(ctx context.Context, kind laneKind, raddr uint64, rk
 	l := &c.lanes[i]
 	l.done.Store(false)
 	l.err = nil
-	off := c.laneOff() + 8*i
-	local, wr := c.mr.Local(off, 8), laneTag|uint64(i)
+	off, n := c.laneOff()+laneData*i, 8
+	if kind == laneWrite || kind == laneRead {
+		n = len(data)
+	}
+	local, wr := c.mr.Local(off, n), laneTag|uint64(i)
 	switch kind {
 	case laneFetchAdd:
 		err = c.qp.PostFetchAdd(wr, local, raddr, rkey, a, verbs.SendSignaled)
 	case laneCompareSwap:
 		err = c.qp.PostCompareSwap(wr, local, raddr, rkey, a, b, verbs.SendSignaled)
+	case laneWrite:
+		copy(c.buf[off:off+n], data)
+		err = c.qp.PostWrite(wr, local, raddr, rkey, verbs.SendSignaled)
 	default:
 		err = c.qp.PostRead(wr, local, raddr, rkey, verbs.SendSignaled)
 	}
@@ -156,16 +186,24 @@ func (c *Client) laneAtomic(ctx context.Context, kind laneKind, raddr uint64, rk
 		c.putLane(i)
 		return 0, true, err
 	}
-	if kind == laneRead8 {
+	switch kind {
+	case laneRead8, laneRead:
 		c.stats.reads.Add(1)
-		c.stats.bytesRead.Add(8)
-	} else {
+		c.stats.bytesRead.Add(uint64(n))
+	case laneWrite:
+		c.stats.writes.Add(1)
+		c.stats.bytesWritten.Add(uint64(n))
+	default:
 		c.stats.nicAtomics.Add(1)
 	}
 	if err := c.laneWait(ctx, l, i); err != nil {
 		return 0, true, err
 	}
-	old = binary.NativeEndian.Uint64(c.buf[off:])
+	if kind == laneRead {
+		copy(data, c.buf[off:off+n])
+	} else {
+		old = binary.NativeEndian.Uint64(c.buf[off:])
+	}
 	c.putLane(i)
 	return old, true, nil
 }

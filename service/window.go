@@ -93,7 +93,7 @@ func (w *Window) checkAtomic(disp int) error {
 var _ rma.Window = (*Window)(nil)
 
 // Put writes src into the window at disp (RDMA WRITE, through the
-// client's staging buffer).
+// client's registered buffer).
 func (w *Window) Put(ctx context.Context, src []byte, disp int) error {
 	if err := w.check(disp, len(src)); err != nil {
 		return err
@@ -102,6 +102,11 @@ func (w *Window) Put(ctx context.Context, src []byte, disp int) error {
 		return err
 	}
 	c := w.c
+	if n := len(src); n > 0 && n <= laneData {
+		if ok, err := c.lanePut(ctx, src, w.addr+uint64(disp), w.rkey); ok {
+			return err
+		}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.begin(ctx); err != nil {
@@ -119,6 +124,11 @@ func (w *Window) Get(ctx context.Context, dst []byte, disp int) error {
 		return err
 	}
 	c := w.c
+	if n := len(dst); n > 0 && n <= laneData {
+		if ok, err := c.laneGet(ctx, dst, w.addr+uint64(disp), w.rkey); ok {
+			return err
+		}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.begin(ctx); err != nil {
@@ -725,8 +735,9 @@ const lockPollMax = time.Millisecond
 const withdrawTimeout = time.Second
 
 // Unlock gives the window's lock back (MPI_Win_unlock). Every call of the
-// client is complete at the server when it returns, so this only frees
-// the lock. Without the lock (or with LockAll's) it fails with
+// client is complete at the server when it returns, so this only waits
+// for those abandoned when their context ended and frees the lock.
+// Without the lock (or with LockAll's) it fails with
 // rma.ErrEpoch.
 func (w *Window) Unlock(ctx context.Context) error {
 	c := w.c
@@ -750,6 +761,9 @@ func (w *Window) unlockLocked(ctx context.Context, all bool) error {
 			map[bool]string{false: "Lock", true: "LockAll"}[all])
 	}
 	if err := c.begin(ctx); err != nil {
+		return err
+	}
+	if err := c.waitLanes(ctx); err != nil {
 		return err
 	}
 	c.seq++

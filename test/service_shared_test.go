@@ -253,7 +253,126 @@ func svcShared(ctx context.Context, addr string) error {
 	if _, err := rma.FetchAndOp(ctx, w, int64(1), 0, op.Sum); err != nil {
 		return fmt.Errorf("a FetchAndOp after the cut ones: %w", err)
 	}
+	if err := sharedPutGet(ctx, cl); err != nil {
+		return err
+	}
 	fmt.Println("shared=ok")
+	return nil
+}
+
+// sharedPutGet: sharedGoroutines goroutines Put and Get on one Client at
+// once, each in its own 256 bytes of window "beta", with sizes of 1 to
+// 256 bytes (the lanes) and one goroutine beside them with 300 (the
+// serialized path); every Get returns what its goroutine put. Then Puts
+// whose contexts end in flight: after Flush each region holds the last
+// Put that succeeded or a later cut one (or zeros if none was sent),
+// never an earlier one.
+func sharedPutGet(ctx context.Context, cl *service.Client) error {
+	w, err := cl.Open(ctx, "beta")
+	if err != nil {
+		return err
+	}
+	pattern := func(g, k, n int) []byte {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(g*31 + k*7 + i + 1)
+		}
+		return b
+	}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	fail := func(err error) {
+		mu.Lock()
+		if first == nil {
+			first = err
+		}
+		mu.Unlock()
+	}
+	const calls = 100
+	start := time.Now()
+	for g := range sharedGoroutines + 1 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range calls {
+				n, disp := 1+(g*37+k*13)%256, g*256
+				if g == sharedGoroutines {
+					n = 300
+				}
+				pat, got := pattern(g, k, n), make([]byte, n)
+				if err := w.Put(ctx, pat, disp); err != nil {
+					fail(fmt.Errorf("goroutine %d Put %d of %d bytes: %w", g, k, n, err))
+					return
+				}
+				if err := w.Get(ctx, got, disp); err != nil {
+					fail(fmt.Errorf("goroutine %d Get %d of %d bytes: %w", g, k, n, err))
+					return
+				}
+				if string(got) != string(pat) {
+					fail(fmt.Errorf("goroutine %d call %d: Get after Put of %d bytes at %d: %x, want %x", g, k, n, disp, got, pat))
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if first != nil {
+		return first
+	}
+	fmt.Printf("shared: %d Put+Get pairs from %d goroutines on one client in %v\n", (sharedGoroutines+1)*calls, sharedGoroutines+1, time.Since(start).Round(time.Millisecond))
+	const cutN = 64
+	for g := range sharedGoroutines {
+		if err := w.Put(ctx, make([]byte, cutN), g*256); err != nil {
+			return err
+		}
+	}
+	lastOK := make([]int, sharedGoroutines)
+	var ok, cut atomic.Int64
+	for g := range sharedGoroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lastOK[g] = -1
+			for k := range 40 {
+				cctx, cancel := context.WithTimeout(ctx, time.Duration(5+(g*40+k)%40)*time.Microsecond)
+				err := w.Put(cctx, pattern(g, k, cutN), g*256)
+				cancel()
+				switch {
+				case err == nil:
+					ok.Add(1)
+					lastOK[g] = k
+				case errors.Is(err, context.DeadlineExceeded):
+					cut.Add(1)
+				default:
+					fail(fmt.Errorf("goroutine %d cut Put %d: %w", g, k, err))
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if first != nil {
+		return first
+	}
+	if err := w.Flush(ctx); err != nil {
+		return fmt.Errorf("Flush after cut Puts: %w", err)
+	}
+	for g := range sharedGoroutines {
+		got := make([]byte, cutN)
+		if err := w.Get(ctx, got, g*256); err != nil {
+			return err
+		}
+		k := max(lastOK[g], 0)
+		for ; k < 40 && string(got) != string(pattern(g, k, cutN)); k++ {
+		}
+		if k == 40 && (lastOK[g] >= 0 || string(got) != string(make([]byte, cutN))) {
+			return fmt.Errorf("goroutine %d: after cut Puts (last success %d) its region holds %x, no Put from the last success on", g, lastOK[g], got)
+		}
+	}
+	fmt.Printf("shared: cut Puts: %d succeeded, %d cut\n", ok.Load(), cut.Load())
 	return nil
 }
 
