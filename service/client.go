@@ -2,7 +2,6 @@ package service
 
 import (
 	"context"
-	"crypto/hmac"
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
@@ -38,7 +37,8 @@ type Client struct {
 	probe   []byte
 	probeMR *verbs.MR
 
-	atomics bool // the client's device has atomics
+	atomics bool  // the NIC atomics are used: both devices have them and they passed the probe
+	noNIC   error // why they are not (NICAtomics)
 	wcancel context.CancelFunc
 	wdone   chan struct{}
 	lost    atomic.Bool // the connection manager reported a disconnect
@@ -148,6 +148,9 @@ func Dial(ctx context.Context, addr string, cfg ClientConfig) (c *Client, err er
 		return nil, err
 	}
 	c.atomics = attr.AtomicCap != verbs.AtomicNone
+	if !c.atomics {
+		c.noNIC = fmt.Errorf("service: %w: device %s has no remote atomics", verbs.ErrNotSupported, c.dev.Name())
+	}
 	if c.pd, err = c.dev.AllocPD(); err != nil {
 		return nil, err
 	}
@@ -244,15 +247,48 @@ func (c *Client) authenticate(ctx context.Context, cNonce, sNonce *[nonceLen]byt
 	case msgAuthFail:
 		return fmt.Errorf("%w: the server refused the client's proof (the secrets differ)", ErrAuth)
 	case msgAuthOK:
-		var want [macLen]byte
-		proof(want[:], c.cfg.Secret, serverLabel, cNonce, sNonce, nil)
-		if c.replyLen != authOKLen || !hmac.Equal(c.reply[headerLen:authOKLen], want[:]) {
+		addr, rkey, ok := parseAuthOK(c.reply[:c.replyLen], c.cfg.Secret, cNonce, sNonce)
+		if !ok {
 			return fmt.Errorf("%w: the server's proof is wrong (the secrets differ)", ErrAuth)
+		}
+		switch {
+		case !c.atomics:
+		case rkey == 0:
+			c.atomics, c.noNIC = false, fmt.Errorf("service: %w: the server's device has no remote atomics", verbs.ErrNotSupported)
+		default:
+			// Calls whose NIC atomics would not be in host byte order
+			// take the server's engine instead.
+			err := probeOrder(ctx, (*clientNIC)(c), addr, rkey)
+			if !errors.Is(err, verbs.ErrNotSupported) {
+				return err
+			}
+			c.atomics, c.noNIC = false, fmt.Errorf("service: %w", err)
 		}
 		return nil
 	}
 	return fmt.Errorf("%w: reply %#x to the authentication", ErrProtocol, c.reply[0])
 }
+
+// probeOrder checks, on the server's byte-order word at addr, that the
+// NIC atomics between the client and the server work in host byte order
+// (atomics.Probe, as a group checks its ranks'): a fetch-and-add of 1,
+// then a READ of the word. It returns an error matching
+// verbs.ErrNotSupported if they do not, or the one that ended the probe.
+func probeOrder(ctx context.Context, nic core.NIC, addr uint64, rkey uint32) error {
+	return atomics.Probe(func(add uint64) (old, after uint64, err error) {
+		if old, err = nic.FetchAdd(ctx, addr, rkey, add); err == nil {
+			after, err = nic.Read8(ctx, addr, rkey)
+		}
+		return old, after, err
+	})
+}
+
+// NICAtomics reports whether the client's calls use the NIC atomics
+// (nil), or why they do not: either device has none, or the byte-order
+// probe at Dial failed (the error then matches verbs.ErrNotSupported, as
+// group.Group.NICAtomics's does). Without them every FetchAndOp,
+// CompareAndSwap and Accumulate goes to the server's engine.
+func (c *Client) NICAtomics() error { return c.noNIC }
 
 // request sends the n-byte message in the send buffer (its sequence
 // number c.seq) and waits for the reply; c.mu is held.

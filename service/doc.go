@@ -148,12 +148,10 @@
 // A device without type 2 memory windows cannot serve (Listen fails with
 // verbs.ErrNotSupported): there is no protection domain per client in
 // their place. Derived datatypes are taken at the target only
-// (AccumulateTo, GetAccumulateTo; origins and results are packed), and
-// there is no byte-order probe
-// of the NIC's atomics (the group windows' atomics.Probe), no unexposing
-// a window while clients use it, and only the NIC atomics run many at
-// once on one Client (see Dial; the other calls of a Client run one at a
-// time, a Lock waiting for the server excepted: open several Clients for
-// parallel Puts, Gets and engine calls). Listen needs a specific IP
-// address, not 0.0.0.0.
+// (AccumulateTo, GetAccumulateTo; origins and results are packed), there
+// is no unexposing a window while clients use it, and only the calls that
+// are one work request run many at once on one Client (see Dial; the
+// others, engine calls among them, run one at a time, a Lock waiting for
+// the server excepted: open several Clients for parallel engine calls).
+// Listen needs a specific IP address, not 0.0.0.0.
 package service

@@ -9,7 +9,7 @@ import (
 	"github.com/onesided/rma/fallback"
 )
 
-// The wire protocol, version 3. Every integer is little endian.
+// The wire protocol, version 4. Every integer is little endian.
 //
 // Connection request private data (helloLen bytes, at most
 // verbs.MaxConnectPrivateData): magic "RMAS", version, three zero bytes,
@@ -24,7 +24,11 @@ import (
 //	            three zero bytes, the name, then
 //	            HMAC-SHA256(secret, "rma-service-client" || serverNonce ||
 //	            clientNonce || the message between header and MAC)
-//	msgAuthOK   server: HMAC-SHA256(secret, "rma-service-server" || clientNonce || serverNonce)
+//	msgAuthOK   server: the address (8) and rkey (4) of the connection's
+//	            byte-order word, four zero bytes (all zero when the
+//	            server's device has no atomics), then
+//	            HMAC-SHA256(secret, "rma-service-server" || clientNonce ||
+//	            serverNonce || the 16 bytes between header and MAC)
 //	msgAuthFail server: nothing (the server then disconnects)
 //	msgOpen     client: name length (1 byte), name
 //	msgOpenOK   server: address (8), rkey (4), window id (4), size (8),
@@ -42,7 +46,10 @@ import (
 //	msgErr      server: reason (1 byte)
 //
 // The rkey of msgOpenOK is a memory window bound to the client's QP: it
-// works on that connection only. Calls on a window the connection has
+// works on that connection only. So is that of msgAuthOK: a word holding
+// atomics.ProbeValue on which the client checks, before its first call,
+// that the NIC atomics between it and the server work in host byte order
+// (a fetch-and-add of 1, then a READ of the word). Calls on a window the connection has
 // not opened are refused (errUnknownWin), and so are those its grant does
 // not cover (errDenied).
 //
@@ -52,7 +59,7 @@ import (
 // that withdraws it (then both come, the grant first).
 
 const (
-	protoVersion = 3
+	protoVersion = 4
 	nonceLen     = 32
 	macLen       = sha256.Size
 	headerLen    = 8
@@ -117,7 +124,7 @@ const (
 	openOKLen  = headerLen + 32
 	openErrLen = headerLen + 1
 	authMin    = headerLen + 16 + macLen // msgAuth without a name
-	authOKLen  = headerLen + macLen
+	authOKLen  = headerLen + 16 + macLen
 	accLen     = headerLen + fallback.RequestHeaderSize // msgAcc before its data
 	lockLen    = headerLen + 8
 	errLen     = headerLen + 1
@@ -195,6 +202,30 @@ func proof(out []byte, secret []byte, label string, a, b *[nonceLen]byte, extra 
 	m.Write(b[:])
 	m.Write(extra)
 	m.Sum(out[:0])
+}
+
+// putAuthOK writes a msgAuthOK for the byte-order word at addr (rkey)
+// into b (at least authOKLen bytes).
+func putAuthOK(b []byte, seq uint32, secret []byte, cNonce, sNonce *[nonceLen]byte, addr uint64, rkey uint32) {
+	putHeader(b, msgAuthOK, seq)
+	binary.LittleEndian.PutUint64(b[8:], addr)
+	binary.LittleEndian.PutUint32(b[16:], rkey)
+	clear(b[20:24])
+	proof(b[24:authOKLen], secret, serverLabel, cNonce, sNonce, b[headerLen:24])
+}
+
+// parseAuthOK checks msg, a msgAuthOK, against secret and returns its
+// byte-order word's address and rkey.
+func parseAuthOK(msg []byte, secret []byte, cNonce, sNonce *[nonceLen]byte) (addr uint64, rkey uint32, ok bool) {
+	if len(msg) != authOKLen {
+		return 0, 0, false
+	}
+	var want [macLen]byte
+	proof(want[:], secret, serverLabel, cNonce, sNonce, msg[headerLen:24])
+	if !hmac.Equal(msg[24:], want[:]) {
+		return 0, 0, false
+	}
+	return binary.LittleEndian.Uint64(msg[8:]), binary.LittleEndian.Uint32(msg[16:]), true
 }
 
 // auth is a decoded msgAuth.

@@ -92,6 +92,38 @@ func TestAuthMessage(t *testing.T) {
 	}
 }
 
+// TestAuthOKMessage: the server's proof covers the byte-order word's
+// address and key, so a changed byte anywhere after the header is refused.
+func TestAuthOKMessage(t *testing.T) {
+	var sn, cn [nonceLen]byte
+	sn[0], cn[0] = 7, 9
+	secret := []byte("the secret")
+	var b [authOKLen]byte
+	putAuthOK(b[:], 3, secret, &cn, &sn, 0x1234_5678_9000, 0xabcdef01)
+	if typ, seq, ok := header(b[:]); !ok || typ != msgAuthOK || seq != 3 {
+		t.Fatalf("header: %#x %d %v", typ, seq, ok)
+	}
+	if addr, rkey, ok := parseAuthOK(b[:], secret, &cn, &sn); !ok || addr != 0x1234_5678_9000 || rkey != 0xabcdef01 {
+		t.Fatalf("parseAuthOK: %#x %#x %v", addr, rkey, ok)
+	}
+	if _, _, ok := parseAuthOK(b[:], []byte("other"), &cn, &sn); ok {
+		t.Fatal("proof taken with another secret")
+	}
+	if _, _, ok := parseAuthOK(b[:], secret, &sn, &cn); ok {
+		t.Fatal("proof taken with the nonces swapped")
+	}
+	for i := headerLen; i < authOKLen; i++ {
+		m := bytes.Clone(b[:])
+		m[i] ^= 0x10
+		if _, _, ok := parseAuthOK(m, secret, &cn, &sn); ok {
+			t.Fatalf("byte %d changed, proof still taken", i)
+		}
+	}
+	if _, _, ok := parseAuthOK(b[:authOKLen-1], secret, &cn, &sn); ok {
+		t.Fatal("truncated msgAuthOK taken")
+	}
+}
+
 func TestAccessString(t *testing.T) {
 	for a, want := range map[Access]string{0: "none", AccessRead: "read", AccessAll: "read|write|atomic",
 		AccessWrite | AccessAtomic: "write|atomic", AccessRead | 0x10: "read|0x10"} {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -14,6 +15,7 @@ import (
 	"unsafe"
 
 	"github.com/onesided/rma"
+	"github.com/onesided/rma/atomics"
 	"github.com/onesided/rma/fallback"
 	"github.com/onesided/rma/internal/procs"
 	"github.com/onesided/rma/verbs"
@@ -35,6 +37,14 @@ type Server struct {
 	rbuf  []byte // the receive buffers
 	rmr   *verbs.MR
 	sendN int // send CQ entries
+
+	// The words on which clients check that the NIC atomics between them
+	// and the server work in host byte order (atomics.Probe), one per
+	// authenticated connection, each reached through a memory window
+	// bound to its QP; nil when the device has no atomics.
+	orderMem  []byte
+	orderMR   *verbs.MR
+	orderFree chan int // the free words, by index
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -110,7 +120,9 @@ type sconn struct {
 	probeRKey uint32
 	info      ClientInfo
 	grants    map[uint32]*grant // by window id: the windows it opened
-	locks     map[uint32]byte   // by window id: the lock held or waited for (lockWaiting)
+	orderMW   *verbs.MW         // its key to its byte-order word (Server.orderMem)
+	orderWord int
+	locks     map[uint32]byte // by window id: the lock held or waited for (lockWaiting)
 	stats     ConnStats
 }
 
@@ -211,6 +223,18 @@ func Listen(ctx context.Context, addr string, cfg ServerConfig) (s *Server, err 
 	if s.srq, err = s.pd.CreateSRQ(verbs.SRQConfig{MaxWR: cfg.RecvBuffers}); err != nil {
 		return nil, err
 	}
+	if s.flags&flagAtomics != 0 {
+		if s.orderMem, err = verbs.Alloc((8*cfg.MaxConns + 4095) &^ 4095); err != nil {
+			return nil, err
+		}
+		if s.orderMR, err = s.pd.RegisterMR(s.orderMem, verbs.AccessLocalWrite|verbs.AccessMWBind); err != nil {
+			return nil, err
+		}
+		s.orderFree = make(chan int, cfg.MaxConns)
+		for i := range cfg.MaxConns {
+			s.orderFree <- i
+		}
+	}
 	// The receive buffers, then where probes land.
 	if s.rbuf, err = verbs.Alloc(cfg.RecvBuffers*recvSize + recvSize); err != nil {
 		return nil, err
@@ -303,7 +327,7 @@ func (s *Server) Close() error {
 		clear(s.conns)
 		s.mu.Unlock()
 		for _, c := range conns {
-			teardown(c)
+			s.teardown(c)
 		}
 		s.closeErr = s.release()
 	})
@@ -326,6 +350,12 @@ func (s *Server) release() error {
 	}
 	if s.srq != nil {
 		add(s.srq.Close())
+	}
+	if s.orderMR != nil {
+		add(s.orderMR.Close())
+	}
+	if s.orderMem != nil {
+		add(verbs.Free(s.orderMem))
 	}
 	if s.rmr != nil {
 		add(s.rmr.Close())
@@ -356,10 +386,15 @@ func (s *Server) release() error {
 
 // teardown disconnects and destroys a connection already taken out of
 // the table: its keys die with their memory windows, before its QP.
-func teardown(c *sconn) {
+func (s *Server) teardown(c *sconn) {
 	c.id.Disconnect()
 	for _, g := range c.grants {
 		g.mw.Close()
+	}
+	if c.orderMW != nil {
+		c.orderMW.Close()
+		c.orderMW = nil
+		s.orderFree <- c.orderWord
 	}
 	if c.qp != nil {
 		c.qp.Close()
@@ -510,7 +545,7 @@ func (s *Server) request(ctx context.Context, c *sconn, hello []byte) {
 			}
 		}
 		s.mu.Unlock()
-		teardown(c)
+		s.teardown(c)
 		return
 	}
 	c.accepted = true
@@ -568,7 +603,7 @@ func (s *Server) watchLoop() {
 		}
 		s.mu.Unlock()
 		for i, c := range victims {
-			teardown(c)
+			s.teardown(c)
 			victims[i] = nil
 		}
 		s.victims = victims[:0]
@@ -693,11 +728,48 @@ func (s *Server) authenticate(c *sconn, msg []byte, seq uint32, reply []byte) {
 	c.info = ClientInfo{Addr: c.stats.Peer, Name: a.name}
 	s.unlist(c)
 	s.stats.Connects++
-	putHeader(reply, msgAuthOK, seq)
-	proof(reply[headerLen:authOKLen], key.key, serverLabel, &c.cNonce, &c.sNonce, nil)
+	var addr uint64
+	var rkey uint32
+	if s.orderMR != nil {
+		var ok bool
+		if addr, rkey, ok = s.bindOrder(c); !ok {
+			s.drop(c)
+			return
+		}
+	}
+	putAuthOK(reply, seq, key.key, &c.cNonce, &c.sNonce, addr, rkey)
 	if !s.send(c, reply[:authOKLen]) {
 		s.drop(c)
 	}
+}
+
+// bindOrder gives c a byte-order word, set to atomics.ProbeValue, and a
+// key to it bound to c's QP (msgAuthOK, posted after the bind, goes out
+// once it is bound); s.mu is held.
+func (s *Server) bindOrder(c *sconn) (addr uint64, rkey uint32, ok bool) {
+	var i int
+	select {
+	case i = <-s.orderFree:
+	default:
+		return 0, 0, false
+	}
+	mw, err := s.pd.AllocMW()
+	if err != nil {
+		s.orderFree <- i
+		return 0, 0, false
+	}
+	binary.NativeEndian.PutUint64(s.orderMem[8*i:], atomics.ProbeValue)
+	var key [1]byte
+	rand.Read(key[:])
+	rkey, err = c.qp.PostBindMW(uint64(c.qpn)<<32|uint64(c.serial), mw, key[0], s.orderMR, 8*i, 8,
+		verbs.AccessRemoteRead|verbs.AccessRemoteAtomic, 0)
+	if err != nil {
+		mw.Close()
+		s.orderFree <- i
+		return 0, 0, false
+	}
+	c.orderMW, c.orderWord = mw, i
+	return s.orderMR.Addr() + uint64(8*i), rkey, true
 }
 
 // open answers a msgOpen: the window's key for this connection, a memory

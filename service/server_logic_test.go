@@ -139,10 +139,16 @@ func TestServerDoorLogic(t *testing.T) {
 			continue
 		}
 		wantReply(t, "the right proof", got, msgAuthOK, 7, 0)
+		// A server without atomics gives no byte-order word: zeros,
+		// which the MAC covers.
 		var want [macLen]byte
-		proof(want[:], key, serverLabel, &c.cNonce, &c.sNonce, nil)
-		if len(got[0]) != authOKLen || string(got[0][headerLen:]) != string(want[:]) {
-			t.Errorf("the server's proof %x, want %x", got[0][headerLen:], want)
+		proof(want[:], key, serverLabel, &c.cNonce, &c.sNonce, make([]byte, 16))
+		if len(got[0]) != authOKLen || string(got[0][headerLen:headerLen+16]) != string(make([]byte, 16)) ||
+			string(got[0][headerLen+16:]) != string(want[:]) {
+			t.Errorf("msgAuthOK %x, want 16 zero bytes and the proof %x", got[0][headerLen:], want)
+		}
+		if addr, rkey, ok := parseAuthOK(got[0], key, &c.cNonce, &c.sNonce); !ok || addr != 0 || rkey != 0 {
+			t.Errorf("parseAuthOK: %#x, %#x, %v; want 0, 0, true", addr, rkey, ok)
 		}
 		if !c.authed || c.probeAddr != 0x1000 || c.probeRKey != 5 || c.info.Name != "client" {
 			t.Errorf("after the proof: authed %v, probe %#x/%d, name %q", c.authed, c.probeAddr, c.probeRKey, c.info.Name)

@@ -81,8 +81,8 @@ func (s *Server) Stats() ServerStats {
 // the server's NIC alone (atomics, READ, WRITE) and what its engine
 // applied.
 type ClientStats struct {
-	NICAtomics    uint64 // fetch-and-adds and compare-and-swaps posted (a CAS loop may post several)
-	Reads         uint64 // RDMA READs posted (Get, NO_OP, CAS loops' first reads)
+	NICAtomics    uint64 // fetch-and-adds and compare-and-swaps posted (a CAS loop may post several; Dial's byte-order probe is one)
+	Reads         uint64 // RDMA READs posted (Get, NO_OP, CAS loops' first reads, Dial's byte-order probe)
 	Writes        uint64 // RDMA WRITEs posted (Put)
 	BytesRead     uint64 // bytes those READs moved
 	BytesWritten  uint64 // bytes those WRITEs moved

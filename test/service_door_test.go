@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/onesided/rma"
+	"github.com/onesided/rma/atomics"
 	"github.com/onesided/rma/datatype"
 	"github.com/onesided/rma/fallback"
 	"github.com/onesided/rma/op"
@@ -80,7 +81,9 @@ var allRDMA = []int{rdmaRead, rdmaWrite, rdmaFetchAdd, rdmaCompareSwap}
 // connections that never prove the secret, and another client B that
 // does, try READ, WRITE, FETCH_ADD and CMP_SWAP with that address and key
 // and all fail; after A disconnects, its key fails on every connection; a
-// bounded loop guessing keys near A's gets nothing; and the counter
+// bounded loop guessing keys near A's gets nothing; A's key to its
+// byte-order word reads it but does not write, and works for A alone;
+// and the counter
 // never changed (1000, as a legitimate client set it).
 func svcDoor(ctx context.Context, addr string) error {
 	secret := os.Getenv("RMA_SVC_SECRET")
@@ -123,6 +126,21 @@ func svcDoor(ctx context.Context, addr string) error {
 	}
 	if err := a.rdma(ctx, rdmaRead, win.addr, win.rkey); err != nil {
 		return fmt.Errorf("client A's READ after the others' tries: %w", err)
+	}
+	// A's byte-order word (msgAuthOK): A reads it, holding
+	// atomics.ProbeValue; others' keys to it fail, and so does a WRITE
+	// by A, which its key does not grant (it ends A's connection).
+	if err := a.rdma(ctx, rdmaRead, a.orderAddr, a.orderRKey); err != nil {
+		return fmt.Errorf("client A's READ of its byte-order word: %w", err)
+	}
+	if got := binary.NativeEndian.Uint64(a.s.mem); got != atomics.ProbeValue {
+		return fmt.Errorf("client A's byte-order word holds %#x, want %#x", got, uint64(atomics.ProbeValue))
+	}
+	if err := expectRefused(ctx, addr, secret, "b", "client B, A's byte-order key", allRDMA, a.orderAddr, a.orderRKey); err != nil {
+		return err
+	}
+	if err := a.rdma(ctx, rdmaWrite, a.orderAddr, a.orderRKey); err == nil {
+		return errors.New("client A's WRITE to its byte-order word succeeded")
 	}
 	if err := a.close(); err != nil {
 		return err

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/onesided/rma"
+	"github.com/onesided/rma/atomics"
 	"github.com/onesided/rma/datatype"
 	"github.com/onesided/rma/op"
 	"github.com/onesided/rma/service"
@@ -309,6 +310,11 @@ func svcRound(ctx context.Context, addr string, i int, checkAllocs bool) (err er
 			cl.Close()
 		}
 	}()
+	// rxe has atomics on both sides: Dial's byte-order probe (one
+	// fetch-and-add, one READ of the server's word) passed.
+	if st := cl.Stats(); cl.NICAtomics() != nil || st.NICAtomics != 1 || st.Reads != 1 {
+		return fmt.Errorf("after Dial: NICAtomics() = %v, %d NIC atomics and %d READs; want nil, 1, 1", cl.NICAtomics(), st.NICAtomics, st.Reads)
+	}
 	alpha, err := cl.Open(ctx, "alpha")
 	if err != nil {
 		return err
@@ -625,12 +631,12 @@ func svcRaw(ctx context.Context, addr string, msgs [][]byte) (got [][]byte, disc
 			return nil, 0, err
 		}
 	}
-	hello := append([]byte("RMAS\x03\x00\x00\x00"), make([]byte, 32)...)
+	hello := append([]byte("RMAS\x04\x00\x00\x00"), make([]byte, 32)...)
 	ev, err := id.Connect(ctx, verbs.ConnParam{PrivateData: hello})
 	if err != nil {
 		return nil, 0, err
 	}
-	if len(ev.PrivateData) < 40 || string(ev.PrivateData[:5]) != "RMAS\x03" {
+	if len(ev.PrivateData) < 40 || string(ev.PrivateData[:5]) != "RMAS\x04" {
 		return nil, 0, fmt.Errorf("accept private data %q", ev.PrivateData)
 	}
 	start := time.Now()
@@ -1161,7 +1167,7 @@ func svcFrozen(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	if ev.Type != verbs.CMConnectRequest || len(ev.PrivateData) < 40 || string(ev.PrivateData[:5]) != "RMAS\x03" {
+	if ev.Type != verbs.CMConnectRequest || len(ev.PrivateData) < 40 || string(ev.PrivateData[:5]) != "RMAS\x04" {
 		return fmt.Errorf("event %v with private data %q, want a connection request of the protocol", ev.Type, ev.PrivateData)
 	}
 	id := ev.ID
@@ -1178,7 +1184,7 @@ func svcFrozen(ctx context.Context) (err error) {
 			return err
 		}
 	}
-	if _, err := id.Accept(ctx, verbs.ConnParam{PrivateData: append([]byte("RMAS\x03\x00\x00\x00"), sNonce...)}); err != nil {
+	if _, err := id.Accept(ctx, verbs.ConnParam{PrivateData: append([]byte("RMAS\x04\x00\x00\x00"), sNonce...)}); err != nil {
 		return err
 	}
 	recv := func() ([]byte, error) {
@@ -1207,7 +1213,13 @@ func svcFrozen(ctx context.Context) (err error) {
 	if len(m) != 56 || m[0] != 1 || !hmac.Equal(m[24:], wireMAC(os.Getenv("RMA_SVC_SECRET"), "rma-service-client", sNonce, cNonce, m[8:24])) {
 		return fmt.Errorf("proof % x is not the client's", m)
 	}
-	if err := send(append([]byte{0x81, 0, 0, 0, m[4], m[5], m[6], m[7]}, wireMAC(os.Getenv("RMA_SVC_SECRET"), "rma-service-server", cNonce, sNonce, nil)...)); err != nil {
+	// Its byte-order word: at 512, after the window.
+	binary.NativeEndian.PutUint64(s.mem[512:], atomics.ProbeValue)
+	ok := []byte{0x81, 0, 0, 0, m[4], m[5], m[6], m[7]}
+	ok = binary.LittleEndian.AppendUint64(ok, s.mr.Addr()+512)
+	ok = binary.LittleEndian.AppendUint32(ok, s.mr.RKey())
+	ok = binary.LittleEndian.AppendUint32(ok, 0)
+	if err := send(append(ok, wireMAC(os.Getenv("RMA_SVC_SECRET"), "rma-service-server", cNonce, sNonce, ok[8:24])...)); err != nil {
 		return err
 	}
 	if m, err = recv(); err != nil {

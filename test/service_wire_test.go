@@ -16,7 +16,7 @@ import (
 	"github.com/onesided/rma/verbs"
 )
 
-// svcWire is a client of the service's wire protocol (version 3, see
+// svcWire is a client of the service's wire protocol (version 4, see
 // service/proto.go) on raw verbs, as an attacker or a client of another
 // implementation would write it: it connects, and may prove a secret,
 // open windows, send messages and post RDMA operations with any address
@@ -29,6 +29,9 @@ type svcWire struct {
 	qp             *verbs.QP
 	cNonce, sNonce []byte
 	seq            byte
+	// The server's byte-order word for this connection (msgAuthOK).
+	orderAddr uint64
+	orderRKey uint32
 }
 
 // dialWire connects to addr with the protocol's hello; it proves nothing.
@@ -59,11 +62,11 @@ func dialWire(ctx context.Context, addr string) (w *svcWire, err error) {
 	}
 	w.cNonce = make([]byte, 32)
 	rand.Read(w.cNonce)
-	ev, err := w.id.Connect(ctx, verbs.ConnParam{PrivateData: append([]byte("RMAS\x03\x00\x00\x00"), w.cNonce...)})
+	ev, err := w.id.Connect(ctx, verbs.ConnParam{PrivateData: append([]byte("RMAS\x04\x00\x00\x00"), w.cNonce...)})
 	if err != nil {
 		return nil, err
 	}
-	if len(ev.PrivateData) < 40 || string(ev.PrivateData[:5]) != "RMAS\x03" {
+	if len(ev.PrivateData) < 40 || string(ev.PrivateData[:5]) != "RMAS\x04" {
 		return nil, fmt.Errorf("accept private data %q", ev.PrivateData)
 	}
 	w.sNonce = bytes.Clone(ev.PrivateData[8:40])
@@ -120,9 +123,10 @@ func (w *svcWire) auth(ctx context.Context, secret, name string) error {
 	if err != nil {
 		return fmt.Errorf("authentication: %w", err)
 	}
-	if r[0] != 0x81 || len(r) != 40 || !hmac.Equal(r[8:], wireMAC(secret, "rma-service-server", w.cNonce, w.sNonce, nil)) {
+	if r[0] != 0x81 || len(r) != 56 || !hmac.Equal(r[24:], wireMAC(secret, "rma-service-server", w.cNonce, w.sNonce, r[8:24])) {
 		return fmt.Errorf("authentication: reply % x", r)
 	}
+	w.orderAddr, w.orderRKey = binary.LittleEndian.Uint64(r[8:]), binary.LittleEndian.Uint32(r[16:])
 	return nil
 }
 
