@@ -48,15 +48,17 @@ type Client struct {
 
 	lockSlots chan struct{} // bounds the lock requests waiting (maxLockWaits)
 
-	// The calls that are one work request each (FetchAndOp and
-	// CompareAndSwap on the NIC, small Put and Get) take a lane: many of
-	// them are in flight at once, none holding mu while it waits (lane.go).
-	lanes  [maxLanes]lane
-	free   atomic.Uint32 // the free lanes, a bit each
-	parked atomic.Uint32 // lanes whose caller waits to be handed the polling of the CQ
-	quiet  atomic.Bool   // no request pending and no reply awaited: a lane call may pass the calls under mu
-	failed atomic.Bool   // err is set
-	use    sync.RWMutex  // lane calls read-hold it; Close takes it before it frees the QP
+	// The calls that are one work request or one engine message each
+	// take a lane: many of them are in flight at once, none holding mu
+	// while it waits (lane.go).
+	lanes   [maxLanes]lane
+	free    atomic.Uint32 // the free lanes, a bit each
+	parked  atomic.Uint32 // lanes whose caller waits to be handed the polling of the CQ
+	quiet   atomic.Bool   // no request pending and no reply awaited: a lane call may pass the calls under mu
+	failed  atomic.Bool   // err is set
+	engines atomic.Int32  // lanes carrying engine messages (at most engineLanes)
+	laneSeq atomic.Uint32 // counts the engine messages of lanes (their sequence numbers)
+	use     sync.RWMutex  // lane calls read-hold it; Close takes it before it frees the QP
 
 	mu       callMu // serializes the other calls; guards what follows
 	closed   bool
@@ -79,10 +81,12 @@ type Client struct {
 // Layout of Client.buf.
 const (
 	resultOff  = 0
-	sendOff    = 64
-	recvOff    = 512
-	clientRecv = 7    // receive buffers posted: a reply and maxLockWaits grants fit
-	stagingOff = 4096 // then ClientConfig.StagingSize bytes, then a slot per lane
+	sendOff    = 64                 // a message of up to recvSize bytes
+	recvOff    = sendOff + recvSize // clientRecv buffers of recvSize bytes
+	clientRecv = 7 + engineLanes    // a reply, maxLockWaits grants and the lanes' replies fit
+	// Then, from a page, ClientConfig.StagingSize bytes, then a slot per
+	// lane.
+	stagingOff = (recvOff + clientRecv*recvSize + 4095) &^ 4095
 
 	recvTag   = 1 << 63 // marks receive work request ids
 	spinPolls = 64      // CQ polls before sleeping on the channel
@@ -97,9 +101,11 @@ const (
 //
 // A Client may be used by many goroutines at once. A FetchAndOp or
 // CompareAndSwap that is one NIC atomic (the route of atomics' default
-// policy for SUM, NO_OP and compare-and-swap on 64-bit integers) and a Put
-// or Get of 1 to 256 bytes run beside the others, up to 16 in flight on
-// the connection; the other calls are carried out one at a time. Calls of different goroutines are
+// policy for SUM, NO_OP and compare-and-swap on 64-bit integers), a Put or
+// Get of 1 to 256 bytes, and an Accumulate, GetAccumulate or FetchAndOp
+// that is one message of at most 256 bytes to the server's engine (up to
+// 8 of these at once) run beside the others, up to 16 in flight on the
+// connection; the other calls are carried out one at a time. Calls of different goroutines are
 // not ordered with each other (those of one goroutine are). Close it to
 // release its connection and memory.
 //
@@ -235,7 +241,7 @@ func (c *Client) watch(ctx context.Context) {
 func (c *Client) authenticate(ctx context.Context, cNonce, sNonce *[nonceLen]byte) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.seq++
+	c.nextSeq()
 	n := putAuth(c.buf[sendOff:], c.seq, c.cfg.Secret, sNonce, cNonce, c.probeMR.Addr(), c.probeMR.RKey(), c.cfg.Name)
 	if err := c.request(ctx, n); err != nil {
 		if errors.Is(err, verbs.ErrPeerLost) {
@@ -319,7 +325,7 @@ func (c *Client) Open(ctx context.Context, name string) (*Window, error) {
 	if err := c.begin(ctx); err != nil {
 		return nil, err
 	}
-	c.seq++
+	c.nextSeq()
 	n := putOpen(c.buf[sendOff:], c.seq, name)
 	if err := c.request(ctx, n); err != nil {
 		return nil, err
@@ -581,7 +587,7 @@ func (c *Client) complete(wc *verbs.WC) {
 	}
 	off := recvOff + i*recvSize
 	msg := c.buf[off : off+int(wc.ByteLen)]
-	if _, seq, ok := header(msg); ok && !c.answered(seq, msg) && seq == c.seq && c.replySeq != seq {
+	if _, seq, ok := header(msg); ok && !c.laneReply(seq, msg) && !c.answered(seq, msg) && seq == c.seq && c.replySeq != seq {
 		c.replyLen = copy(c.reply[:], msg)
 		c.replySeq = seq
 	}

@@ -60,3 +60,87 @@ func TestProbeOrder(t *testing.T) {
 		t.Errorf("connection lost: %v, want ErrPeerLost only", err)
 	}
 }
+
+// TestLaneEngineEvents: a lane carrying an engine message is done when
+// both its send's completion and its reply have come, in either order; a
+// reply with another sequence number, or a second one, is not taken; an
+// abandoned lane is freed by its last event; a failed send ends the lane
+// without a reply; and the serialized path's sequence numbers never carry
+// laneSeqTag nor are 0.
+func TestLaneEngineEvents(t *testing.T) {
+	c := &Client{}
+	c.initLanes()
+	reply := []byte{msgOK, 0, 0, 0, 0, 0, 0, 0, 42}
+	start := func() (int, *lane, uint32) {
+		t.Helper()
+		i := c.takeLane()
+		if i < 0 {
+			t.Fatal("no free lane")
+		}
+		l := &c.lanes[i]
+		seq := laneSeqTag | c.laneSeq.Add(1)<<4&^laneSeqTag | uint32(i)
+		c.engines.Add(1)
+		l.done.Store(false)
+		l.replyLen = 0
+		l.events.Store(2)
+		l.seq.Store(seq)
+		return i, l, seq
+	}
+	for _, replyFirst := range []bool{true, false} {
+		i, l, seq := start()
+		if c.laneReply(seq^1<<4, reply) || c.laneReply(seq&^laneSeqTag, reply) {
+			t.Fatalf("reply first %v: a reply of another sequence number was taken", replyFirst)
+		}
+		if replyFirst {
+			if !c.laneReply(seq, reply) || l.isDone() {
+				t.Fatalf("reply first: taken %v, done %v after the reply alone", true, l.isDone())
+			}
+			c.laneDone(i, nil)
+		} else {
+			c.laneDone(i, nil)
+			if l.isDone() {
+				t.Fatal("done after the send's completion alone")
+			}
+			if !c.laneReply(seq, reply) {
+				t.Fatal("the reply was not taken")
+			}
+		}
+		if !l.isDone() || l.err != nil || string(l.reply[:l.replyLen]) != string(reply) || c.engines.Load() != 0 {
+			t.Fatalf("reply first %v: done %v, err %v, reply %x, engine lanes %d", replyFirst, l.isDone(), l.err, l.reply[:l.replyLen], c.engines.Load())
+		}
+		if c.laneReply(seq, reply) {
+			t.Fatalf("reply first %v: a second reply was taken", replyFirst)
+		}
+		l.seq.Store(0)
+		c.putLane(i)
+	}
+
+	// Abandoned by its caller: the last event frees it.
+	i, l, seq := start()
+	l.abandoned = true
+	c.laneDone(i, nil)
+	if c.free.Load()&(1<<i) != 0 {
+		t.Fatal("an abandoned lane was freed before its reply")
+	}
+	c.laneReply(seq, reply)
+	if c.free.Load()&(1<<i) == 0 || l.abandoned || l.seq.Load() != 0 || c.engines.Load() != 0 {
+		t.Fatalf("abandoned lane after both events: free %v, abandoned %v, seq %#x, engine lanes %d",
+			c.free.Load()&(1<<i) != 0, l.abandoned, l.seq.Load(), c.engines.Load())
+	}
+
+	// A failed send: no reply will come; the lane ends with the error and
+	// the client has failed.
+	i, l, _ = start()
+	c.laneDone(i, verbs.ErrPeerLost)
+	if !l.isDone() || !errors.Is(l.err, verbs.ErrPeerLost) || !c.failed.Load() || c.engines.Load() != 0 {
+		t.Fatalf("failed send: done %v, err %v, client failed %v, engine lanes %d", l.isDone(), l.err, c.failed.Load(), c.engines.Load())
+	}
+
+	for _, from := range []uint32{0, laneSeqTag - 1, 1<<32 - 1} {
+		c.seq = from
+		c.nextSeq()
+		if c.seq == 0 || c.seq&laneSeqTag != 0 {
+			t.Errorf("nextSeq after %#x: %#x", from, c.seq)
+		}
+	}
+}

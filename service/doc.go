@@ -150,8 +150,7 @@
 // their place. Derived datatypes are taken at the target only
 // (AccumulateTo, GetAccumulateTo; origins and results are packed), there
 // is no unexposing a window while clients use it, and only the calls that
-// are one work request run many at once on one Client (see Dial; the
-// others, engine calls among them, run one at a time, a Lock waiting for
-// the server excepted: open several Clients for parallel engine calls).
-// Listen needs a specific IP address, not 0.0.0.0.
+// are one work request or one small engine message run many at once on
+// one Client (see Dial; the others run one at a time, a Lock waiting for
+// the server excepted). Listen needs a specific IP address, not 0.0.0.0.
 package service

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/onesided/rma/fallback"
 	"github.com/onesided/rma/internal/procs"
 	"github.com/onesided/rma/verbs"
 )
@@ -14,9 +15,13 @@ import (
 // Lanes: many calls in flight on a client's one connection.
 //
 // A call that is one work request (a FetchAndOp or CompareAndSwap the NIC
-// carries out, a Put or Get of at most laneData bytes) takes a free lane,
-// posts its work request with the lane's slot of the registered buffer as
-// source or destination and the lane in its id, and waits without
+// carries out, a Put or Get of at most laneData bytes) or one message to
+// the server's engine (an Accumulate or GetAccumulate whose message fits
+// the lane's slot; at most engineLanes at once, the server's bound) takes
+// a free lane, posts its work request with the lane's slot of the
+// registered buffer as source or destination and the lane in its id (an
+// engine message's sequence number names the lane too, so that its reply
+// finds it), and waits without
 // holding the client's mu: any number of lanes are in flight at once, up
 // to maxLanes, as many as the connection's send queue has room for beside
 // the other calls. Completions come on the client's one CQ, which only
@@ -39,6 +44,14 @@ const (
 	laneData  = 256     // bytes of a lane's slot
 	laneTag   = 1 << 62 // marks the work request ids of lanes
 	sendDepth = maxLanes + 16
+
+	// engineLanes bounds the engine messages of lanes in flight: the
+	// server takes maxConnSends replies outstanding on a connection.
+	engineLanes = 8
+	// laneSeqTag marks the sequence numbers of lanes' engine messages
+	// (the others never have it): the low 4 bits are the lane, the rest
+	// count.
+	laneSeqTag = 1 << 31
 )
 
 // lane is one work request in flight.
@@ -47,6 +60,15 @@ type lane struct {
 	err       error       // written under mu before done is set; read once it is
 	abandoned bool        // under mu: its caller left; laneDone frees it
 	ch        chan struct{}
+
+	// An engine message: its sequence number (0 for the other calls),
+	// the completions still to come (its send's and its reply's; the lane
+	// is done when both came), and the reply, written under mu before
+	// done is set.
+	seq      atomic.Uint32
+	events   atomic.Int32
+	replyLen int
+	reply    [maxReply]byte
 }
 
 func (c *Client) initLanes() {
@@ -60,6 +82,15 @@ func (c *Client) initLanes() {
 
 // laneOff is the offset in buf of lane 0's slot.
 func (c *Client) laneOff() int { return stagingOff + c.cfg.StagingSize }
+
+// nextSeq gives the serialized path's next request its sequence number
+// (never 0, never with laneSeqTag); mu is held.
+func (c *Client) nextSeq() {
+	c.seq = (c.seq + 1) &^ laneSeqTag
+	if c.seq == 0 {
+		c.seq = 1
+	}
+}
 
 // setQuiet records whether a lane call may pass the calls under mu; mu is held.
 func (c *Client) setQuiet() { c.quiet.Store(c.pend == nil && c.awaiting == 0) }
@@ -148,24 +179,12 @@ func (c *Client) laneGet(ctx context.Context, dst []byte, raddr uint64, rkey uin
 
 // laneCall is laneAtomic, lanePut and laneGet.
 func (c *Client) laneCall(ctx context.Context, kind laneKind, raddr uint64, rkey uint32, a, b uint64, data []byte) (old uint64, ok bool, err error) {
-	if !c.quiet.Load() || c.failed.Load() || c.closing.Load() {
-		return 0, false, nil
-	}
-	if err := ctx.Err(); err != nil {
-		return 0, true, err // a call whose context has ended sends nothing
-	}
-	i := c.takeLane()
-	if i < 0 {
-		return 0, false, nil
-	}
-	if !c.use.TryRLock() { // Close is under way
-		c.putLane(i)
-		return 0, true, ErrClosed
+	i, ok, err := c.laneStart(ctx)
+	if !ok || err != nil {
+		return 0, ok, err
 	}
 	defer c.use.RUnlock()
 	l := &c.lanes[i]
-	l.done.Store(false)
-	l.err = nil
 	off, n := c.laneOff()+laneData*i, 8
 	if kind == laneWrite || kind == laneRead {
 		n = len(data)
@@ -206,6 +225,84 @@ func (c *Client) laneCall(ctx context.Context, kind laneKind, raddr uint64, rkey
 	}
 	c.putLane(i)
 	return old, true, nil
+}
+
+// laneStart takes a lane for a call, and read-holds c.use (the caller
+// releases it); ok false says the call takes the serialized path instead.
+func (c *Client) laneStart(ctx context.Context) (i int, ok bool, err error) {
+	if !c.quiet.Load() || c.failed.Load() || c.closing.Load() {
+		return 0, false, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, true, err // a call whose context has ended sends nothing
+	}
+	if i = c.takeLane(); i < 0 {
+		return 0, false, nil
+	}
+	if !c.use.TryRLock() { // Close is under way
+		c.putLane(i)
+		return 0, true, ErrClosed
+	}
+	l := &c.lanes[i]
+	l.done.Store(false)
+	l.err = nil
+	return i, true, nil
+}
+
+// laneEngine sends one accumulate message (see Window.engine) on a lane
+// and waits for its reply; ok false says the call takes the serialized
+// path instead (every lane or every engine lane in flight, or the message
+// larger than a lane's slot).
+func (c *Client) laneEngine(ctx context.Context, req *fallback.Request, result []byte) (ok bool, err error) {
+	if headerLen+fallback.RequestHeaderSize+len(req.Data) > laneData {
+		return false, nil
+	}
+	// An engine lane counts from before its post to its last completion
+	// (laneEvent), whether its caller waited for it or not.
+	if c.engines.Add(1) > engineLanes {
+		c.engines.Add(-1)
+		return false, nil
+	}
+	i, ok, err := c.laneStart(ctx)
+	if !ok || err != nil {
+		c.engines.Add(-1)
+		return ok, err
+	}
+	defer c.use.RUnlock()
+	l := &c.lanes[i]
+	seq := laneSeqTag | c.laneSeq.Add(1)<<4&^laneSeqTag | uint32(i)
+	off := c.laneOff() + laneData*i
+	b := c.buf[off : off+laneData]
+	putHeader(b, msgAcc, seq)
+	req.Tag = seq
+	msg, err := fallback.AppendRequest(b[:headerLen], req)
+	if err != nil {
+		c.engines.Add(-1)
+		c.putLane(i)
+		return true, err
+	}
+	l.replyLen = 0
+	l.events.Store(2)
+	l.seq.Store(seq)
+	if err := c.qp.PostSend(laneTag|uint64(i), c.mr.Local(off, len(msg)), verbs.SendSignaled); err != nil {
+		l.seq.Store(0)
+		c.engines.Add(-1)
+		c.putLane(i)
+		return true, err
+	}
+	if err := c.laneWait(ctx, l, i); err != nil {
+		return true, err // abandoned, or the connection failed
+	}
+	err, bad := c.accResult(l.reply[:l.replyLen], result)
+	if bad {
+		c.mu.Lock()
+		c.fail(err)
+		err = c.err
+		c.mu.Unlock()
+	}
+	l.seq.Store(0)
+	c.putLane(i)
+	return true, err
 }
 
 // takeLane takes a free lane, or returns -1 if every lane is in flight.
@@ -337,6 +434,7 @@ func (c *Client) laneResult(l *lane) error {
 func (c *Client) abandon(l *lane, i int, err error) error {
 	c.mu.Lock()
 	if l.isDone() {
+		l.seq.Store(0)
 		c.putLane(i)
 	} else {
 		l.abandoned = true
@@ -353,11 +451,40 @@ func (c *Client) laneDone(i int, err error) {
 	l := &c.lanes[i]
 	if err != nil {
 		c.fail(err) // the QP is in the error state: the connection is lost
+		l.err = err
+		l.events.Store(1) // no reply comes after a failed send
 	}
-	l.err = err
+	c.laneEvent(i)
+}
+
+// laneReply takes msg, a reply to an engine message of a lane, reporting
+// whether it was one in flight; mu is held.
+func (c *Client) laneReply(seq uint32, msg []byte) bool {
+	i := int(seq & (maxLanes - 1))
+	l := &c.lanes[i]
+	if seq&laneSeqTag == 0 || l.seq.Load() != seq || l.replyLen != 0 || len(msg) > len(l.reply) {
+		return false
+	}
+	l.replyLen = copy(l.reply[:], msg)
+	c.laneEvent(i)
+	return true
+}
+
+// laneEvent counts one completion of lane i: its work request's, or the
+// reply to its engine message. The lane is done when the last has come.
+// mu is held.
+func (c *Client) laneEvent(i int) {
+	l := &c.lanes[i]
+	if l.seq.Load() != 0 {
+		if l.events.Add(-1) > 0 {
+			return
+		}
+		c.engines.Add(-1)
+	}
 	l.done.Store(true)
 	if l.abandoned {
 		l.abandoned = false
+		l.seq.Store(0)
 		c.putLane(i)
 		return
 	}

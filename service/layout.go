@@ -91,7 +91,7 @@ func (w *Window) layoutCall(ctx context.Context, kind fallback.Kind, origin, res
 		maxMsg = maxReply - headerLen // the reply, as long as the request at most, goes inline
 	}
 	return fallback.Split(int64(t.Disp), t.Type, t.Count, maxMsg, func(p fallback.Piece) error {
-		c.seq++
+		c.nextSeq()
 		b := c.buf[sendOff : sendOff+recvSize]
 		putHeader(b, msgAcc, c.seq)
 		req := fallback.Request{Kind: kind, Op: o, Window: w.id, Tag: c.seq}

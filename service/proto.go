@@ -53,10 +53,13 @@ import (
 // not opened are refused (errUnknownWin), and so are those its grant does
 // not cover (errDenied).
 //
-// A client has at most one request outstanding; the server's replies come
-// in the order of the requests, except that the reply to a msgLock comes
-// when the lock is granted, which may be after the reply to the msgUnlock
-// that withdraws it (then both come, the grant first).
+// A client has at most 9 requests outstanding: one, and up to 8 msgAcc
+// whose sequence numbers have bit 31 set (those of the client's lanes;
+// the others never have it). The server answers each in the order of
+// arrival, except that the reply to a msgLock comes when the lock is
+// granted, which may be after the reply to the msgUnlock that withdraws
+// it (then both come, the grant first). A connection with more replies
+// outstanding than that (and its lock requests) is dropped.
 
 const (
 	protoVersion = 4

@@ -127,10 +127,10 @@ type sconn struct {
 }
 
 // maxConnSends bounds a connection's outstanding sends: a client has one
-// request outstanding besides at most 4 lock requests waiting (its
-// maxLockWaits), each of which may be granted as the request comes; one
-// more for a probe.
-const maxConnSends = 6
+// request outstanding on its serialized path and engineLanes on its
+// lanes, besides at most maxLockWaits lock requests waiting, each of which
+// may be granted as the request comes; one more for a probe.
+const maxConnSends = 1 + engineLanes + maxLockWaits + 1
 
 // maxConnBinds bounds the windows one connection opens, each a memory
 // window bound by an unsignaled work request on its send queue (which

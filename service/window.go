@@ -171,10 +171,7 @@ func (w *Window) FetchAndOp(ctx context.Context, origin, result []byte, dt datat
 			return err
 		}
 	}
-	c := w.c
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return w.getAccumulate(ctx, origin, result, dt, disp, o)
+	return w.GetAccumulate(ctx, origin, result, dt, disp, o)
 }
 
 // laneChecks are the checks of a call that takes a lane (lane.go): an
@@ -227,9 +224,6 @@ func (w *Window) CompareAndSwap(ctx context.Context, origin, compare, result []b
 // that it has the same value; otherwise the call fails with
 // fallback.ErrUnknownOp). A zero-length origin does nothing.
 func (w *Window) Accumulate(ctx context.Context, origin []byte, dt datatype.Basic, disp int, o op.Op) error {
-	c := w.c
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	if err := op.Check(o, dt, op.Accumulate); err != nil {
 		return err
 	}
@@ -246,10 +240,20 @@ func (w *Window) Accumulate(ctx context.Context, origin []byte, dt datatype.Basi
 	if err := w.need(AccessAtomic); err != nil {
 		return err
 	}
+	c := w.c
+	route := w.policy.Accumulate(o, dt)
+	if route == atomics.Engine {
+		req := fallback.Request{Kind: fallback.KindAccumulate, Op: o, Window: w.id, Disp: int64(disp), Type: dt.Type(), Count: len(origin) / es, Data: origin}
+		if ok, err := c.laneEngine(ctx, &req, nil); ok {
+			return err
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if err := c.begin(ctx); err != nil {
 		return err
 	}
-	if route := w.policy.Accumulate(o, dt); route != atomics.Engine {
+	if route != atomics.Engine {
 		return w.nic(ctx, route, o, dt, origin, nil, disp)
 	}
 	for p := maxAccData / es * es; len(origin) > 0; {
@@ -270,44 +274,63 @@ func (w *Window) Accumulate(ctx context.Context, origin []byte, dt datatype.Basi
 // updated it; pieces of more than 192 bytes are separate messages, each
 // element still updated atomically.
 func (w *Window) GetAccumulate(ctx context.Context, origin, result []byte, dt datatype.Basic, disp int, o op.Op) error {
+	origin, err := w.getAccArgs(origin, result, dt, disp, o)
+	if err != nil || len(result) == 0 {
+		return err
+	}
 	c := w.c
+	route := w.policy.FetchAndOp(o, dt)
+	if route == atomics.Engine && len(result) <= maxFetchData {
+		req := fallback.Request{Kind: fallback.KindGetAccumulate, Op: o, Window: w.id, Disp: int64(disp), Type: dt.Type(), Count: len(result) / dt.Size(), Data: origin}
+		if ok, err := c.laneEngine(ctx, &req, result); ok {
+			return err
+		}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return w.getAccumulate(ctx, origin, result, dt, disp, o)
+	return w.getAccumulate(ctx, origin, result, dt, disp, o, route)
 }
 
-// getAccumulate is GetAccumulate; c.mu is held.
-func (w *Window) getAccumulate(ctx context.Context, origin, result []byte, dt datatype.Basic, disp int, o op.Op) error {
-	c := w.c
+// getAccArgs checks the arguments of GetAccumulate, returning origin as
+// the message carries it: nil for NO_OP, whose origin MPI ignores.
+func (w *Window) getAccArgs(origin, result []byte, dt datatype.Basic, disp int, o op.Op) ([]byte, error) {
 	if err := op.Check(o, dt, op.GetAccumulate); err != nil {
-		return err
+		return nil, err
 	}
 	es := dt.Size()
 	if o == op.NoOp && len(origin) == 0 {
 		origin = nil
 	} else if len(origin) != len(result) {
-		return fmt.Errorf("%w: origin of %d bytes and result of %d", rma.ErrInvalid, len(origin), len(result))
+		return nil, fmt.Errorf("%w: origin of %d bytes and result of %d", rma.ErrInvalid, len(origin), len(result))
 	}
 	if len(result)%es != 0 {
-		return fmt.Errorf("%w: result of %d bytes is not whole %v elements", rma.ErrInvalid, len(result), dt)
+		return nil, fmt.Errorf("%w: result of %d bytes is not whole %v elements", rma.ErrInvalid, len(result), dt)
 	}
 	if len(result) == 0 {
-		return nil
+		return nil, nil
 	}
 	if err := w.check(disp, len(result)); err != nil {
-		return err
+		return nil, err
 	}
 	if err := w.need(fetchNeeds(o)); err != nil {
-		return err
+		return nil, err
 	}
+	if o == op.NoOp {
+		origin = nil
+	}
+	return origin, nil
+}
+
+// getAccumulate is GetAccumulate on the serialized path, with arguments
+// getAccArgs passed and the route of o on dt; c.mu is held.
+func (w *Window) getAccumulate(ctx context.Context, origin, result []byte, dt datatype.Basic, disp int, o op.Op, route atomics.Route) error {
+	c := w.c
+	es := dt.Size()
 	if err := c.begin(ctx); err != nil {
 		return err
 	}
-	if route := w.policy.FetchAndOp(o, dt); route != atomics.Engine {
+	if route != atomics.Engine {
 		return w.nic(ctx, route, o, dt, origin, result, disp)
-	}
-	if o == op.NoOp {
-		origin = nil // MPI ignores the origin of NO_OP; the message carries none
 	}
 	for p := maxFetchData / es * es; len(result) > 0; {
 		n := min(p, len(result))
@@ -431,7 +454,7 @@ func (w *Window) sendAcc(kind fallback.Kind, o op.Op, dt datatype.Basic, disp in
 	} else if result != nil {
 		count = len(result) / dt.Size()
 	}
-	c.seq++
+	c.nextSeq()
 	b := c.buf[sendOff : sendOff+recvSize]
 	putHeader(b, msgAcc, c.seq)
 	req := fallback.Request{Kind: kind, Op: o, Window: w.id, Tag: c.seq, Disp: int64(disp), Type: dt.Type(), Count: count, Data: data}
@@ -446,37 +469,49 @@ func (w *Window) sendAcc(kind fallback.Kind, o op.Op, dt datatype.Basic, disp in
 // elements go to result (nil: none expected). c.mu is held.
 func (w *Window) accReply(result []byte) error {
 	c := w.c
-	switch c.reply[0] {
+	err, bad := c.accResult(c.reply[:c.replyLen], result)
+	if bad {
+		c.fail(err)
+		return c.err
+	}
+	return err
+}
+
+// accResult decodes reply, the reply to an accumulate message: the old
+// elements go to result (nil: none expected). bad says the reply breaks
+// the protocol, and the connection is to fail with err.
+func (c *Client) accResult(reply, result []byte) (err error, bad bool) {
+	switch reply[0] {
 	case msgOK:
 		var r fallback.Reply
-		if err := fallback.DecodeReply(c.reply[headerLen:c.replyLen], &r); err != nil {
-			c.fail(fmt.Errorf("%w: the reply to an accumulate: %w", ErrProtocol, err))
-			return c.err
+		if err := fallback.DecodeReply(reply[headerLen:], &r); err != nil {
+			return fmt.Errorf("%w: the reply to an accumulate: %w", ErrProtocol, err), true
 		}
 		if err := r.Err(); err != nil {
 			c.stats.engineRejects.Add(1)
-			return err
+			return err, false
 		}
 		if len(r.Data) != len(result) {
-			c.fail(fmt.Errorf("%w: a reply of %d bytes of old values to an accumulate of %d", ErrProtocol, len(r.Data), len(result)))
-			return c.err
+			return fmt.Errorf("%w: a reply of %d bytes of old values to an accumulate of %d", ErrProtocol, len(r.Data), len(result)), true
 		}
 		copy(result, r.Data)
 		c.stats.engineOps.Add(1)
-		return nil
+		return nil, false
 	case msgErr:
 		c.stats.engineRejects.Add(1)
-		return c.refused()
+		return refusal(reply), false
 	}
-	c.fail(fmt.Errorf("%w: reply %#x to an accumulate", ErrProtocol, c.reply[0]))
-	return c.err
+	return fmt.Errorf("%w: reply %#x to an accumulate", ErrProtocol, reply[0]), true
 }
 
 // refused turns the msgErr in c.reply into an error; c.mu is held.
-func (c *Client) refused() error {
+func (c *Client) refused() error { return refusal(c.reply[:c.replyLen]) }
+
+// refusal turns msg, a msgErr, into an error.
+func refusal(msg []byte) error {
 	reason := byte(0)
-	if c.replyLen == errLen {
-		reason = c.reply[headerLen]
+	if len(msg) == errLen {
+		reason = msg[headerLen]
 	}
 	switch reason {
 	case errUnknownWin:
@@ -562,7 +597,7 @@ func (w *Window) lockLocked(ctx context.Context, code byte, all bool) error {
 		}
 	}
 	defer func() { <-c.lockSlots }()
-	c.seq++
+	c.nextSeq()
 	lw := &w.lw
 	select {
 	case <-lw.ch: // a wake-up left from an earlier request
@@ -593,7 +628,7 @@ func (w *Window) lockLocked(ctx context.Context, code byte, all bool) error {
 			return werr // the client closed or its connection failed
 		}
 		if werr == nil {
-			c.seq++
+			c.nextSeq()
 			werr = c.request(wctx, putLock(c.buf[sendOff:], msgUnlock, c.seq, w.id, 0))
 		}
 		if werr != nil {
@@ -766,7 +801,7 @@ func (w *Window) unlockLocked(ctx context.Context, all bool) error {
 	if err := c.waitLanes(ctx); err != nil {
 		return err
 	}
-	c.seq++
+	c.nextSeq()
 	err := c.request(ctx, putLock(c.buf[sendOff:], msgUnlock, c.seq, w.id, 0))
 	if c.posted == c.done || err == nil || c.awaiting != 0 {
 		w.lock, w.all = 0, false // sent: the server frees the lock

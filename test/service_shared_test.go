@@ -256,6 +256,9 @@ func svcShared(ctx context.Context, addr string) error {
 	if err := sharedPutGet(ctx, cl); err != nil {
 		return err
 	}
+	if err := sharedEngine(ctx, cl); err != nil {
+		return err
+	}
 	fmt.Println("shared=ok")
 	return nil
 }
@@ -387,4 +390,125 @@ func TestServiceShared(t *testing.T) {
 	if v := value(t, out, "shared"); v != "ok" {
 		t.Errorf("shared=%s", v)
 	}
+}
+
+// sharedEngine: sharedGoroutines goroutines call the server's engine on
+// one Client at once (up to 8 of them in flight on lanes, the rest on
+// the serialized path): FetchAndOp(SUM, float64) of 1 on one word, every
+// old value 0 to n-1 coming back exactly once, and Accumulate(SUM,
+// float64) of 3 elements on another, which ends exact. Then FetchAndOps
+// whose contexts end in flight: after Flush the word grew by at least
+// those that succeeded and at most those plus the cut ones.
+func sharedEngine(ctx context.Context, cl *service.Client) error {
+	w, err := cl.Open(ctx, "alpha")
+	if err != nil {
+		return err
+	}
+	const (
+		word  = 2048 // FetchAndOp's
+		accs  = 2056 // Accumulate's 3 elements
+		calls = 50
+		n     = sharedGoroutines * calls
+	)
+	zero := make([]byte, 32)
+	if err := w.Put(ctx, zero, word); err != nil {
+		return err
+	}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+		seen  = make([]int, n)
+	)
+	fail := func(err error) {
+		mu.Lock()
+		if first == nil {
+			first = err
+		}
+		mu.Unlock()
+	}
+	before := cl.Stats().EngineOps
+	start := time.Now()
+	for g := range sharedGoroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			one := datatype.AsBytes([]float64{1, 1, 1})
+			for k := range calls {
+				old, err := rma.FetchAndOp(ctx, w, 1.0, word, op.Sum)
+				if err == nil && (old != math.Trunc(old) || old < 0 || old >= n) {
+					err = fmt.Errorf("old value %v, want a whole number from 0 to %d", old, n-1)
+				}
+				if err == nil {
+					mu.Lock()
+					seen[int(old)]++
+					mu.Unlock()
+					err = w.Accumulate(ctx, one, datatype.Float64, accs, op.Sum)
+				}
+				if err != nil {
+					fail(fmt.Errorf("goroutine %d engine call %d: %w", g, k, err))
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if first != nil {
+		return first
+	}
+	elapsed := time.Since(start)
+	for v, c := range seen {
+		if c != 1 {
+			return fmt.Errorf("FetchAndOp(SUM, float64) returned old value %d %d times, want once", v, c)
+		}
+	}
+	got := make([]float64, 4)
+	if err := w.Get(ctx, datatype.AsBytes(got), word); err != nil {
+		return err
+	}
+	fmt.Printf("shared: %d engine FetchAndOp+Accumulate pairs from %d goroutines on one client in %v; words %v; engine ops %d\n",
+		n, sharedGoroutines, elapsed.Round(time.Millisecond), got, cl.Stats().EngineOps-before)
+	if got[0] != n || got[1] != n || got[2] != n || got[3] != n {
+		return fmt.Errorf("words %v after %d FetchAndOps and Accumulates, want all %d", got, n, n)
+	}
+	var ok, cut atomic.Int64
+	for g := range sharedGoroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range 20 {
+				cctx, cancel := context.WithTimeout(ctx, time.Duration(5+(g*20+k)%60)*time.Microsecond)
+				_, err := rma.FetchAndOp(cctx, w, 1.0, word, op.Sum)
+				cancel()
+				switch {
+				case err == nil:
+					ok.Add(1)
+				case errors.Is(err, context.DeadlineExceeded):
+					cut.Add(1)
+				default:
+					fail(fmt.Errorf("goroutine %d cut engine FetchAndOp %d: %w", g, k, err))
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if first != nil {
+		return first
+	}
+	if err := w.Flush(ctx); err != nil {
+		return fmt.Errorf("Flush after cut engine calls: %w", err)
+	}
+	if err := w.Get(ctx, datatype.AsBytes(got[:1]), word); err != nil {
+		return err
+	}
+	grew := int64(got[0]) - n
+	fmt.Printf("shared: cut engine FetchAndOps: %d succeeded, %d cut, the word grew by %d\n", ok.Load(), cut.Load(), grew)
+	if grew < ok.Load() || grew > ok.Load()+cut.Load() {
+		return fmt.Errorf("the word grew by %d with %d engine FetchAndOps succeeded and %d cut", grew, ok.Load(), cut.Load())
+	}
+	if _, err := rma.FetchAndOp(ctx, w, 1.0, word, op.Sum); err != nil {
+		return fmt.Errorf("an engine FetchAndOp after the cut ones: %w", err)
+	}
+	return nil
 }
