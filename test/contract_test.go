@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,7 +22,8 @@ import (
 
 // The contract (package rma) checked once and run on both modes: a group
 // window's view of another rank (TestContractGroup) and a service window
-// (TestContractService).
+// (TestContractService): every call by one goroutine (contractCalls),
+// then many goroutines sharing the window (contractShared).
 
 func init() {
 	workers["contract"] = workContract
@@ -217,15 +219,134 @@ func contractCalls(ctx context.Context, w rma.Window, base int) error {
 	return nil
 }
 
+// contractSharedBytes is the region of the window that contractShared
+// uses, from its base: an int64 counter, a float64 counter, 3 float64
+// sums, then 64 bytes per goroutine from 64.
+const contractSharedBytes = 64 + contractGoroutines*64
+
+const (
+	contractGoroutines = 16
+	contractRounds     = 25
+)
+
+// contractShared: contractGoroutines goroutines share w, under a shared
+// lock, each doing contractRounds rounds of FetchAndOp(SUM, int64) (the
+// NIC) and FetchAndOp(SUM, float64) (the engine) of 1 on two counters,
+// an Accumulate of 1 on three float64 elements, and a Put then a Get of
+// 1 to 64 bytes of its own; every old value of each counter comes back
+// exactly once, each Get returns its goroutine's Put, and the counters and
+// sums end exact.
+func contractShared(ctx context.Context, w rma.Window, base int) error {
+	if err := w.Lock(ctx, rma.LockShared); err != nil {
+		return fmt.Errorf("Lock(shared): %w", err)
+	}
+	if err := w.Put(ctx, make([]byte, 64), base); err != nil {
+		return fmt.Errorf("Put of zeros: %w", err)
+	}
+	const n = contractGoroutines * contractRounds
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+		seenI = make([]int, n)
+		seenF = make([]int, n)
+	)
+	note := func(seen []int, old int64, err error) error {
+		if err != nil {
+			return err
+		}
+		if old < 0 || old >= n {
+			return fmt.Errorf("old value %d, want 0 to %d", old, n-1)
+		}
+		mu.Lock()
+		seen[old]++
+		mu.Unlock()
+		return nil
+	}
+	for g := range contractGoroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ones := []float64{1, 1, 1}
+			own := base + 64 + 64*g
+			for k := range contractRounds {
+				oi, err := rma.FetchAndOp(ctx, w, int64(1), base, op.Sum)
+				err = note(seenI, oi, err)
+				if err == nil {
+					var of float64
+					of, err = rma.FetchAndOp(ctx, w, 1.0, base+8, op.Sum)
+					if err == nil && of != math.Trunc(of) {
+						err = fmt.Errorf("old value %v of the float64 counter", of)
+					}
+					err = note(seenF, int64(of), err)
+				}
+				if err == nil {
+					err = rma.AccumulateSlice(ctx, w, ones, base+16, op.Sum)
+				}
+				size := 1 + (g*13+k*7)%64
+				put, got := make([]byte, size), make([]byte, size)
+				for i := range put {
+					put[i] = byte(g*31 + k*5 + i + 1)
+				}
+				if err == nil {
+					err = w.Put(ctx, put, own)
+				}
+				if err == nil {
+					err = w.Get(ctx, got, own)
+				}
+				if err == nil && string(got) != string(put) {
+					err = fmt.Errorf("Get after Put of %d bytes: %x, want %x", size, got, put)
+				}
+				if err != nil {
+					mu.Lock()
+					if first == nil {
+						first = fmt.Errorf("goroutine %d round %d: %w", g, k, err)
+					}
+					mu.Unlock()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if first != nil {
+		return first
+	}
+	for v := range n {
+		if seenI[v] != 1 || seenF[v] != 1 {
+			return fmt.Errorf("old value %d came back %d times from the int64 counter and %d from the float64 one, want once", v, seenI[v], seenF[v])
+		}
+	}
+	var b [40]byte
+	if err := w.Get(ctx, b[:], base); err != nil {
+		return err
+	}
+	ci := int64(binary.NativeEndian.Uint64(b[:]))
+	var f [4]float64
+	for i := range f {
+		f[i] = math.Float64frombits(binary.NativeEndian.Uint64(b[8+8*i:]))
+	}
+	if ci != n || f != [4]float64{n, n, n, n} {
+		return fmt.Errorf("after %d rounds: int64 counter %d, float64 counter and sums %v; want %d", n, ci, f, n)
+	}
+	if err := w.Unlock(ctx); err != nil {
+		return fmt.Errorf("Unlock: %w", err)
+	}
+	return nil
+}
+
 // workContract (2 ranks): each rank runs contractCalls on the other's
 // window through win.Window.Target.
 func workContract(ctx context.Context, g *group.Group) error {
-	w, err := win.Allocate(ctx, g, 2*contractBytes, 1)
+	w, err := win.Allocate(ctx, g, 2*contractBytes+2*contractSharedBytes, 1)
 	if err != nil {
 		return err
 	}
 	me := g.Rank()
 	if err := contractCalls(ctx, w.Target(1-me), contractBytes*me); err != nil {
+		return fmt.Errorf("on rank %d's window: %w", 1-me, err)
+	}
+	if err := contractShared(ctx, w.Target(1-me), 2*contractBytes+contractSharedBytes*me); err != nil {
 		return fmt.Errorf("on rank %d's window: %w", 1-me, err)
 	}
 	if err := g.Barrier(ctx); err != nil {
@@ -256,6 +377,13 @@ func svcContract(ctx context.Context, addr string) error {
 		return err
 	}
 	if err := contractCalls(ctx, alpha, svcAlpha-contractBytes); err != nil {
+		return err
+	}
+	beta, err := cl.Open(ctx, "beta")
+	if err != nil {
+		return err
+	}
+	if err := contractShared(ctx, beta, 0); err != nil {
 		return err
 	}
 	fmt.Println("contract=ok")
