@@ -220,14 +220,7 @@ func (f *Fabric) serve(c *conn, side, credit int, seq uint32, req []byte) bool {
 		return false
 	}
 	off := m.repOff + int(rb)*m.size
-	rec := &m.peers[rank].applied[credit]
-	var reply []byte
-	if seq != 0 && rec.seq == seq {
-		reply = append(m.mem[off:off:off+m.size], rec.reply...)
-	} else {
-		reply = m.h.Request(rank, req, m.mem[off:off:off+m.size])
-		rec.seq, rec.reply = seq, append(rec.reply[:0], reply...)
-	}
+	reply := m.replyTo(rank, credit, seq, req, m.mem[off:off:off+m.size])
 	imm := uint32(replyFlag | credit)
 	if c.resp == nil && f.failReply.Load() > 0 && f.failReply.Add(-1) >= 0 {
 		// The test hook: the request is applied and its reply lost with
@@ -259,6 +252,19 @@ func (f *Fabric) serve(c *conn, side, credit int, seq uint32, req []byte) bool {
 		f.fault(c)
 	}
 	return true
+}
+
+// replyTo has the handler apply request seq of rank's credit and build
+// its reply in buf (empty), and records both; a request applied already
+// (sent again) gets its recorded reply in buf, and is not applied again.
+func (m *messaging) replyTo(rank, credit int, seq uint32, req, buf []byte) []byte {
+	rec := &m.peers[rank].applied[credit]
+	if seq != 0 && rec.seq == seq {
+		return append(buf, rec.reply...)
+	}
+	reply := m.h.Request(rank, req, buf)
+	rec.seq, rec.reply = seq, append(rec.reply[:0], reply...)
+	return reply
 }
 
 // putReplyBuf frees a reply buffer.

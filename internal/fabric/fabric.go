@@ -50,7 +50,8 @@ type Exchanger interface {
 	AllGather(ctx context.Context, mine []byte) ([][]byte, error)
 }
 
-// Options tune the fabric. The zero value picks defaults.
+// Options tune the fabric. A zero field picks its default, except
+// GIDIndex, whose automatic choice is -1.
 type Options struct {
 	Device    string        // RDMA device name; "" = the first one
 	Port      int           // port number; 0 = 1

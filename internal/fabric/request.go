@@ -148,7 +148,8 @@ func (op *ReadOp) Finish(err error) {
 // Done reports whether the read has completed, failed or been abandoned.
 func (op *ReadOp) Done() bool { return op.state.Load() != readActive }
 
-// Err is the read's error once Done: nil when dst holds the data.
+// Err is the read's error once Done: nil when dst holds the data, or
+// when the read was abandoned.
 func (op *ReadOp) Err() error {
 	if !op.Done() {
 		return nil
@@ -177,10 +178,11 @@ func (op *ReadOp) Test() bool {
 	return op.Done()
 }
 
-// Complete drives the read until it is done and returns nil, or until ctx
-// ends and returns its error; the read then goes on (Abandon stops it). If
-// the fabric is closed meanwhile, the read fails with errClosed, which
-// Complete returns.
+// Complete drives the read until it is done and returns nil (Err then
+// says whether it failed), or until ctx ends and returns its error; the
+// read then goes on (Abandon stops it). If the fabric is closed meanwhile,
+// the read fails with errClosed, which Complete returns when it was
+// waiting for a piece in flight (and otherwise Err does).
 func (op *ReadOp) Complete(ctx context.Context) error {
 	if op.Done() {
 		return nil
