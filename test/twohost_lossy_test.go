@@ -30,9 +30,10 @@ import (
 //
 //	.cache/bin/rxevm -hosts 2 -wire none -- .cache/bin/integration.test -test.v -test.run '^TestTwoHostLossy$'
 
-// lossyWires are the phases' wire faults: loss with duplication and reordering, a path
-// whose delay varies by 20 ms either way (in order), and heavy loss.
-var lossyWires = []string{"loss=2%,dup=1%,reorder=2%,seed=1", "jitter=20ms,seed=2", "loss=5%,seed=3"}
+// lossyWires are the phases' wire faults: loss with duplication and reordering, and a path
+// whose delay varies by 20 ms either way (in order). RMA_LOSSY_WIRES, a list separated by
+// semicolons, replaces them (make lossy-heavy: 5% loss).
+var lossyWires = []string{"loss=2%,dup=1%,reorder=2%,seed=1", "jitter=20ms,seed=2"}
 
 // rxevmWire starts the line that sets the relay's faults (rxevm's WireMarker).
 const rxevmWire = "rxevm: wire "
@@ -67,7 +68,11 @@ func TestTwoHostLossy(t *testing.T) {
 	if rank == 0 {
 		t.Cleanup(func() { fmt.Println(rxevmWire + "none") })
 	}
-	for i, spec := range lossyWires {
+	wires := lossyWires
+	if v := os.Getenv("RMA_LOSSY_WIRES"); v != "" {
+		wires = strings.Split(v, ";")
+	}
+	for i, spec := range wires {
 		t.Run(fmt.Sprintf("wire=%s", spec), func(t *testing.T) {
 			if rank == 0 {
 				fmt.Println(rxevmWire + spec)

@@ -108,6 +108,27 @@ type guest struct {
 	// asked: the command wrote KillMarker and the guest was killed for it.
 	asked   atomic.Bool
 	askedAt atomic.Int64 // when, in Unix nanoseconds
+
+	// The last maxFailLines lines of its command's stdout that say FAIL
+	// or panic, repeated at the end of a failed run: a CI log that keeps
+	// only its tail still shows why each host failed.
+	failMu    sync.Mutex
+	failLines []string
+}
+
+const maxFailLines = 8
+
+// noteFail keeps l if it says why the command failed.
+func (g *guest) noteFail(l []byte) {
+	if !bytes.Contains(l, []byte("FAIL")) && !bytes.Contains(l, []byte("panic:")) {
+		return
+	}
+	g.failMu.Lock()
+	defer g.failMu.Unlock()
+	if len(g.failLines) == maxFailLines {
+		g.failLines = append(g.failLines[:0], g.failLines[1:]...)
+	}
+	g.failLines = append(g.failLines, string(l))
 }
 
 func (g *guest) name() string { return "host" + strconv.Itoa(g.i) }
@@ -160,6 +181,7 @@ func (g *guest) start(ctx context.Context, o options, files *guestFiles, qemu, h
 		g.outs = append(g.outs, c)
 	}
 	stdout := &prefixWriter{mu: outMu, w: os.Stdout, prefix: "[" + g.name() + "] ", onLine: func(l []byte) {
+		g.noteFail(l)
 		if string(l) == KillMarker && !g.asked.Swap(true) {
 			g.askedAt.Store(time.Now().UnixNano())
 			g.cancel()
@@ -340,6 +362,14 @@ func runTwoHosts(ctx context.Context, o options, cmds [][]string) (int, error) {
 		if !g.reported && g.killed == "" && !g.asked.Load() {
 			if t, ok := g.console.(*tail); ok && len(t.buf) > 0 {
 				fmt.Fprintf(os.Stderr, "rxevm: %s's guest console:\n%s\n", g.name(), bytes.TrimRight(t.buf, "\r\n"))
+			}
+		}
+	}
+	for _, g := range guests {
+		if g.reported && g.code != 0 && len(g.failLines) > 0 {
+			logf("%s failed; its last lines saying FAIL or panic:", g.name())
+			for _, l := range g.failLines {
+				fmt.Fprintf(os.Stderr, "  [%s] %s\n", g.name(), l)
 			}
 		}
 	}
