@@ -16,7 +16,7 @@ import (
 //
 // A call that is one work request (a FetchAndOp or CompareAndSwap the NIC
 // carries out, a Put or Get of at most laneData bytes) or one message to
-// the server's engine (an Accumulate or GetAccumulate whose message fits
+// the server's engine (an accumulate-family call whose message fits
 // the lane's slot; at most engineLanes at once, the server's bound) takes
 // a free lane, posts its work request with the lane's slot of the
 // registered buffer as source or destination and the lane in its id (an

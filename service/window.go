@@ -205,6 +205,21 @@ func (w *Window) CompareAndSwap(ctx context.Context, origin, compare, result []b
 			return err
 		}
 	}
+	if es := dt.Size(); w.policy.CompareAndSwap(dt) == atomics.Engine && op.CheckCompareAndSwap(dt) == nil &&
+		len(origin) == es && len(compare) == es && len(result) == es && es <= 8 {
+		if err := w.check(disp, es); err != nil {
+			return err
+		}
+		if err := w.need(AccessAtomic); err != nil {
+			return err
+		}
+		var data [16]byte
+		req := fallback.Request{Kind: fallback.KindCompareAndSwap, Window: w.id, Disp: int64(disp), Type: dt.Type(), Count: 1,
+			Data: append(append(data[:0], compare...), origin...)}
+		if ok, err := w.c.laneEngine(ctx, &req, result); ok {
+			return err
+		}
+	}
 	c := w.c
 	c.mu.Lock()
 	defer c.mu.Unlock()

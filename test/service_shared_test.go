@@ -396,7 +396,9 @@ func TestServiceShared(t *testing.T) {
 // one Client at once (up to 8 of them in flight on lanes, the rest on
 // the serialized path): FetchAndOp(SUM, float64) of 1 on one word, every
 // old value 0 to n-1 coming back exactly once, and Accumulate(SUM,
-// float64) of 3 elements on another, which ends exact. Then FetchAndOps
+// float64) of 3 elements on another, which ends exact, and 5
+// increments each of an int32 counter by CompareAndSwap loops (the
+// engine's compare-and-swap), which ends exact too. Then FetchAndOps
 // whose contexts end in flight: after Flush the word grew by at least
 // those that succeeded and at most those plus the cut ones.
 func sharedEngine(ctx context.Context, cl *service.Client) error {
@@ -405,10 +407,12 @@ func sharedEngine(ctx context.Context, cl *service.Client) error {
 		return err
 	}
 	const (
-		word  = 2048 // FetchAndOp's
-		accs  = 2056 // Accumulate's 3 elements
-		calls = 50
-		n     = sharedGoroutines * calls
+		word    = 2048 // FetchAndOp's
+		accs    = 2056 // Accumulate's 3 elements
+		cas32   = 2080 // an int32 counter incremented by engine CompareAndSwap loops
+		calls   = 50
+		casIncs = 5 // per goroutine
+		n       = sharedGoroutines * calls
 	)
 	zero := make([]byte, 32)
 	if err := w.Put(ctx, zero, word); err != nil {
@@ -445,6 +449,9 @@ func sharedEngine(ctx context.Context, cl *service.Client) error {
 					mu.Unlock()
 					err = w.Accumulate(ctx, one, datatype.Float64, accs, op.Sum)
 				}
+				if err == nil && k < casIncs {
+					err = casIncrement32(ctx, w, cas32)
+				}
 				if err != nil {
 					fail(fmt.Errorf("goroutine %d engine call %d: %w", g, k, err))
 					return
@@ -470,6 +477,13 @@ func sharedEngine(ctx context.Context, cl *service.Client) error {
 		n, sharedGoroutines, elapsed.Round(time.Millisecond), got, cl.Stats().EngineOps-before)
 	if got[0] != n || got[1] != n || got[2] != n || got[3] != n {
 		return fmt.Errorf("words %v after %d FetchAndOps and Accumulates, want all %d", got, n, n)
+	}
+	var c32 [4]byte
+	if err := w.Get(ctx, c32[:], cas32); err != nil {
+		return err
+	}
+	if v := int32(binary.NativeEndian.Uint32(c32[:])); v != sharedGoroutines*casIncs {
+		return fmt.Errorf("int32 counter %d after %d engine CompareAndSwap increments", v, sharedGoroutines*casIncs)
 	}
 	var ok, cut atomic.Int64
 	for g := range sharedGoroutines {
@@ -511,4 +525,17 @@ func sharedEngine(ctx context.Context, cl *service.Client) error {
 		return fmt.Errorf("an engine FetchAndOp after the cut ones: %w", err)
 	}
 	return nil
+}
+
+// casIncrement32 adds 1 to the int32 at disp by a CompareAndSwap loop.
+func casIncrement32(ctx context.Context, w rma.Window, disp int) error {
+	cur, err := rma.FetchAndOp(ctx, w, int32(0), disp, op.NoOp)
+	for err == nil {
+		var old int32
+		if old, err = rma.CompareAndSwap(ctx, w, cur, cur+1, disp); err == nil && old == cur {
+			return nil
+		}
+		cur = old
+	}
+	return err
 }
