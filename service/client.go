@@ -27,11 +27,17 @@ type Client struct {
 	id  *verbs.CMID
 	dev *verbs.Context
 	pd  *verbs.PD
-	cc  *verbs.CompChannel
-	cq  *verbs.CQ
-	qp  *verbs.QP
+	vcc *verbs.CompChannel
+	vcq *verbs.CQ
+	vqp *verbs.QP
 	buf []byte // result word, send buffer, receive buffers, staging
-	mr  *verbs.MR
+	vmr *verbs.MR
+	// What the calls use of vcc, vcq, vqp and vmr (set by Dial; the unit
+	// tests give stand-ins).
+	cc clientCC
+	cq clientCQ
+	qp clientQP
+	mr clientMR
 	// The 8 bytes the server's probes READ (and nothing else the server
 	// can reach).
 	probe   []byte
@@ -160,16 +166,16 @@ func Dial(ctx context.Context, addr string, cfg ClientConfig) (c *Client, err er
 	if c.pd, err = c.dev.AllocPD(); err != nil {
 		return nil, err
 	}
-	if c.cc, err = c.dev.CreateCompChannel(); err != nil {
+	if c.vcc, err = c.dev.CreateCompChannel(); err != nil {
 		return nil, err
 	}
-	if c.cq, err = c.dev.CreateCQ(sendDepth+clientRecv, c.cc); err != nil {
+	if c.vcq, err = c.dev.CreateCQ(sendDepth+clientRecv, c.vcc); err != nil {
 		return nil, err
 	}
 	if c.buf, err = verbs.Alloc(c.laneOff() + laneData*maxLanes); err != nil {
 		return nil, err
 	}
-	if c.mr, err = c.pd.RegisterMR(c.buf, verbs.AccessLocalWrite); err != nil {
+	if c.vmr, err = c.pd.RegisterMR(c.buf, verbs.AccessLocalWrite); err != nil {
 		return nil, err
 	}
 	if c.probe, err = verbs.Alloc(8); err != nil {
@@ -181,9 +187,10 @@ func Dial(ctx context.Context, addr string, cfg ClientConfig) (c *Client, err er
 	if err = c.id.SetAckTimeout(cfg.AckTimeout); err != nil {
 		return nil, err
 	}
-	if c.qp, err = c.id.CreateQP(c.pd, verbs.QPConfig{SendCQ: c.cq, RecvCQ: c.cq, MaxSendWR: sendDepth, MaxRecvWR: clientRecv}); err != nil {
+	if c.vqp, err = c.id.CreateQP(c.pd, verbs.QPConfig{SendCQ: c.vcq, RecvCQ: c.vcq, MaxSendWR: sendDepth, MaxRecvWR: clientRecv}); err != nil {
 		return nil, err
 	}
+	c.cc, c.cq, c.qp, c.mr = c.vcc, c.vcq, c.vqp, c.vmr
 	for i := 0; i < clientRecv; i++ {
 		if err = c.qp.PostRecv(recvTag|uint64(i), c.mr.Local(recvOff+i*recvSize, recvSize)); err != nil {
 			return nil, err
@@ -211,7 +218,7 @@ func Dial(ctx context.Context, addr string, cfg ClientConfig) (c *Client, err er
 		c.id.Disconnect()
 		return nil, err
 	}
-	c.qp.SetMinRNRTimer(12)
+	c.vqp.SetMinRNRTimer(12)
 	wctx, cancel := context.WithCancel(context.Background())
 	c.wcancel, c.wdone = cancel, make(chan struct{})
 	go c.watch(wctx)
@@ -402,14 +409,14 @@ func (c *Client) release() error {
 			errs = append(errs, err)
 		}
 	}
-	if c.qp != nil {
-		add(c.qp.Close())
+	if c.vqp != nil {
+		add(c.vqp.Close())
 	}
 	if c.id != nil {
 		add(c.id.Close())
 	}
-	if c.mr != nil {
-		add(c.mr.Close())
+	if c.vmr != nil {
+		add(c.vmr.Close())
 	}
 	if c.probeMR != nil {
 		add(c.probeMR.Close())
@@ -420,11 +427,11 @@ func (c *Client) release() error {
 	if c.buf != nil {
 		add(verbs.Free(c.buf))
 	}
-	if c.cq != nil {
-		add(c.cq.Close())
+	if c.vcq != nil {
+		add(c.vcq.Close())
 	}
-	if c.cc != nil {
-		add(c.cc.Close())
+	if c.vcc != nil {
+		add(c.vcc.Close())
 	}
 	if c.pd != nil {
 		add(c.pd.Close())
@@ -712,3 +719,34 @@ func (c *Client) compareSwap(ctx context.Context, raddr uint64, rkey uint32, com
 	}
 	return c.result(), nil
 }
+
+// The verbs objects' methods the calls use (a *verbs.QP, *verbs.CQ,
+// *verbs.CompChannel and *verbs.MR).
+type (
+	clientQP interface {
+		PostSend(wrID uint64, l verbs.Local, flags verbs.SendFlags) error
+		PostWrite(wrID uint64, l verbs.Local, raddr uint64, rkey uint32, flags verbs.SendFlags) error
+		PostRead(wrID uint64, l verbs.Local, raddr uint64, rkey uint32, flags verbs.SendFlags) error
+		PostFetchAdd(wrID uint64, l verbs.Local, raddr uint64, rkey uint32, add uint64, flags verbs.SendFlags) error
+		PostCompareSwap(wrID uint64, l verbs.Local, raddr uint64, rkey uint32, compare, swap uint64, flags verbs.SendFlags) error
+		PostRecv(wrID uint64, l verbs.Local) error
+	}
+	clientCQ interface {
+		Poll(wcs []verbs.WC) (int, error)
+		ReqNotify() error
+	}
+	clientCC interface {
+		Wait(ctx context.Context) error
+		Wake()
+	}
+	clientMR interface {
+		Local(off, n int) verbs.Local
+	}
+)
+
+var (
+	_ clientQP = (*verbs.QP)(nil)
+	_ clientCQ = (*verbs.CQ)(nil)
+	_ clientCC = (*verbs.CompChannel)(nil)
+	_ clientMR = (*verbs.MR)(nil)
+)
