@@ -214,30 +214,12 @@ func svcShared(ctx context.Context, addr string) error {
 	// of its own or fails with its context's error, having been applied or
 	// not; Flush then waits for those still in flight, and the counter
 	// ends between the successes and the successes plus the cut ones.
-	var ok, cut atomic.Int64
-	for g := range sharedGoroutines {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for k := range 40 {
-				cctx, cancel := context.WithTimeout(ctx, time.Duration(5+(g*40+k)%40)*time.Microsecond)
-				_, err := rma.FetchAndOp(cctx, w, int64(1), 0, op.Sum)
-				cancel()
-				switch {
-				case err == nil:
-					ok.Add(1)
-				case errors.Is(err, context.DeadlineExceeded):
-					cut.Add(1)
-				default:
-					fail(fmt.Errorf("goroutine %d cut FetchAndOp %d: %w", g, k, err))
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if first != nil {
-		return first
+	ok, cut, err := cutCalls(ctx, 40, 40, "FetchAndOp", func(cctx context.Context, g, k int) error {
+		_, err := rma.FetchAndOp(cctx, w, int64(1), 0, op.Sum)
+		return err
+	})
+	if err != nil {
+		return err
 	}
 	if err := w.Flush(ctx); err != nil {
 		return fmt.Errorf("Flush after cut FetchAndOps: %w", err)
@@ -246,9 +228,9 @@ func svcShared(ctx context.Context, addr string) error {
 		return err
 	}
 	got := int64(binary.NativeEndian.Uint64(b[:])) - n
-	fmt.Printf("shared: cut FetchAndOps: %d succeeded, %d cut, the counter grew by %d\n", ok.Load(), cut.Load(), got)
-	if got < ok.Load() || got > ok.Load()+cut.Load() {
-		return fmt.Errorf("the counter grew by %d with %d FetchAndOps succeeded and %d cut", got, ok.Load(), cut.Load())
+	fmt.Printf("shared: cut FetchAndOps: %d succeeded, %d cut, the counter grew by %d\n", ok, cut, got)
+	if got < ok || got > ok+cut {
+		return fmt.Errorf("the counter grew by %d with %d FetchAndOps succeeded and %d cut", got, ok, cut)
 	}
 	if _, err := rma.FetchAndOp(ctx, w, int64(1), 0, op.Sum); err != nil {
 		return fmt.Errorf("a FetchAndOp after the cut ones: %w", err)
@@ -333,32 +315,18 @@ func sharedPutGet(ctx context.Context, cl *service.Client) error {
 		}
 	}
 	lastOK := make([]int, sharedGoroutines)
-	var ok, cut atomic.Int64
-	for g := range sharedGoroutines {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			lastOK[g] = -1
-			for k := range 40 {
-				cctx, cancel := context.WithTimeout(ctx, time.Duration(5+(g*40+k)%40)*time.Microsecond)
-				err := w.Put(cctx, pattern(g, k, cutN), g*256)
-				cancel()
-				switch {
-				case err == nil:
-					ok.Add(1)
-					lastOK[g] = k
-				case errors.Is(err, context.DeadlineExceeded):
-					cut.Add(1)
-				default:
-					fail(fmt.Errorf("goroutine %d cut Put %d: %w", g, k, err))
-					return
-				}
-			}
-		}()
+	for g := range lastOK {
+		lastOK[g] = -1
 	}
-	wg.Wait()
-	if first != nil {
-		return first
+	ok, cut, err := cutCalls(ctx, 40, 40, "Put", func(cctx context.Context, g, k int) error {
+		err := w.Put(cctx, pattern(g, k, cutN), g*256)
+		if err == nil {
+			lastOK[g] = k
+		}
+		return err
+	})
+	if err != nil {
+		return err
 	}
 	if err := w.Flush(ctx); err != nil {
 		return fmt.Errorf("Flush after cut Puts: %w", err)
@@ -375,7 +343,7 @@ func sharedPutGet(ctx context.Context, cl *service.Client) error {
 			return fmt.Errorf("goroutine %d: after cut Puts (last success %d) its region holds %x, no Put from the last success on", g, lastOK[g], got)
 		}
 	}
-	fmt.Printf("shared: cut Puts: %d succeeded, %d cut\n", ok.Load(), cut.Load())
+	fmt.Printf("shared: cut Puts: %d succeeded, %d cut\n", ok, cut)
 	return nil
 }
 
@@ -485,30 +453,12 @@ func sharedEngine(ctx context.Context, cl *service.Client) error {
 	if v := int32(binary.NativeEndian.Uint32(c32[:])); v != sharedGoroutines*casIncs {
 		return fmt.Errorf("int32 counter %d after %d engine CompareAndSwap increments", v, sharedGoroutines*casIncs)
 	}
-	var ok, cut atomic.Int64
-	for g := range sharedGoroutines {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for k := range 20 {
-				cctx, cancel := context.WithTimeout(ctx, time.Duration(5+(g*20+k)%60)*time.Microsecond)
-				_, err := rma.FetchAndOp(cctx, w, 1.0, word, op.Sum)
-				cancel()
-				switch {
-				case err == nil:
-					ok.Add(1)
-				case errors.Is(err, context.DeadlineExceeded):
-					cut.Add(1)
-				default:
-					fail(fmt.Errorf("goroutine %d cut engine FetchAndOp %d: %w", g, k, err))
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if first != nil {
-		return first
+	ok, cut, err := cutCalls(ctx, 20, 60, "engine FetchAndOp", func(cctx context.Context, g, k int) error {
+		_, err := rma.FetchAndOp(cctx, w, 1.0, word, op.Sum)
+		return err
+	})
+	if err != nil {
+		return err
 	}
 	if err := w.Flush(ctx); err != nil {
 		return fmt.Errorf("Flush after cut engine calls: %w", err)
@@ -517,9 +467,9 @@ func sharedEngine(ctx context.Context, cl *service.Client) error {
 		return err
 	}
 	grew := int64(got[0]) - n
-	fmt.Printf("shared: cut engine FetchAndOps: %d succeeded, %d cut, the word grew by %d\n", ok.Load(), cut.Load(), grew)
-	if grew < ok.Load() || grew > ok.Load()+cut.Load() {
-		return fmt.Errorf("the word grew by %d with %d engine FetchAndOps succeeded and %d cut", grew, ok.Load(), cut.Load())
+	fmt.Printf("shared: cut engine FetchAndOps: %d succeeded, %d cut, the word grew by %d\n", ok, cut, grew)
+	if grew < ok || grew > ok+cut {
+		return fmt.Errorf("the word grew by %d with %d engine FetchAndOps succeeded and %d cut", grew, ok, cut)
 	}
 	if _, err := rma.FetchAndOp(ctx, w, 1.0, word, op.Sum); err != nil {
 		return fmt.Errorf("an engine FetchAndOp after the cut ones: %w", err)
@@ -538,4 +488,45 @@ func casIncrement32(ctx context.Context, w rma.Window, disp int) error {
 		cur = old
 	}
 	return err
+}
+
+// cutCalls has sharedGoroutines goroutines make rounds calls each of
+// call, every one with a context that ends 5 to 5+spread-1 microseconds
+// in (so that many end while their call is in flight), and counts the
+// calls that succeeded and those that failed with their context's error;
+// any other error is returned, naming the goroutine and call.
+func cutCalls(ctx context.Context, rounds, spread int, what string, call func(ctx context.Context, g, k int) error) (ok, cut int64, err error) {
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		nOK   atomic.Int64
+		nCut  atomic.Int64
+		first error
+	)
+	for g := range sharedGoroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range rounds {
+				cctx, cancel := context.WithTimeout(ctx, time.Duration(5+(g*rounds+k)%spread)*time.Microsecond)
+				err := call(cctx, g, k)
+				cancel()
+				switch {
+				case err == nil:
+					nOK.Add(1)
+				case errors.Is(err, context.DeadlineExceeded):
+					nCut.Add(1)
+				default:
+					mu.Lock()
+					if first == nil {
+						first = fmt.Errorf("goroutine %d cut %s %d: %w", g, what, k, err)
+					}
+					mu.Unlock()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return nOK.Load(), nCut.Load(), first
 }
