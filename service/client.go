@@ -110,10 +110,11 @@ const (
 // policy for SUM, NO_OP and compare-and-swap on 64-bit integers), a Put or
 // Get of 1 to 256 bytes, and an Accumulate, GetAccumulate, FetchAndOp or
 // CompareAndSwap that is one message of at most 256 bytes to the server's
-// engine (up to 8 of these at once) run beside the others, up to 16 in flight on the
-// connection; the other calls are carried out one at a time. Calls of different goroutines are
-// not ordered with each other (those of one goroutine are). Close it to
-// release its connection and memory.
+// engine (up to 8 of these at once) run beside the others, up to 16 in
+// flight on the connection; the other calls are carried out one at a
+// time. Calls of different goroutines are not ordered with each other
+// (those of one goroutine are). Close it to release its connection and
+// memory.
 //
 // Like Listen, Dial gives a process with one P (GOMAXPROCS 1) a second
 // one unless the GOMAXPROCS environment variable set it (see the package

@@ -15,13 +15,12 @@ import (
 // Request is an operation started by RPut, RGet, RAccumulate or
 // RGetAccumulate (MPI_Request). The call returns once the operation is
 // on its way; Wait or Test complete it, and so does the client's next
-// call: a client carries out its calls in order, one operation in flight
-// at a time, so a call that starts another operation (or Unlock, Flush,
-// Lock) first completes the one a request started. As in MPI, completion
-// is local: for RPut the origin buffer may be reused (here once the
-// server's NIC has acknowledged the write), for RGet and RGetAccumulate
-// the result buffer holds the data, and for RAccumulate the origin buffer
-// may be reused and the server's engine has answered. An operation larger
+// call: while a request's operation is in flight, a call that starts
+// another operation (or Unlock, Flush, Lock) first completes it. As in
+// MPI, completion is local: for RPut the origin buffer may be reused
+// (here once the server's NIC has acknowledged the write), for RGet and
+// RGetAccumulate the result buffer holds the data, and for RAccumulate
+// the origin buffer may be reused and the server's engine has answered. An operation larger
 // than one message (a Put or Get beyond the client's staging buffer, an
 // accumulate beyond one engine message, several 64-bit elements through
 // the NIC) sends all but its last piece before the call returns.
