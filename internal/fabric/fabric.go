@@ -322,22 +322,7 @@ func New(ctx context.Context, rank, size int, ex Exchanger, o Options) (f *Fabri
 	}
 	f.wcs = unsafe.Slice((*verbs.WC)(unsafe.Pointer(&f.mem[o.Slots*slotScratch])), 32)
 	f.m.wcs = unsafe.Slice((*verbs.WC)(unsafe.Pointer(&f.mem[o.Slots*slotScratch+wcBytes])), 32)
-	f.slots = make([]slot, o.Slots)
-	f.freeList = make([]uint32, 0, o.Slots)
-	for i := range f.slots {
-		f.slots[i].wake = make(chan struct{}, 1)
-		f.slots[i].chunk = -1
-		f.slots[i].reply = -1
-		f.freeList = append(f.freeList, uint32(i))
-		f.nfree.Add(1)
-	}
-	f.freeChunks = make(chan uint32, o.Chunks)
-	for i := 0; i < o.Chunks; i++ {
-		f.freeChunks <- uint32(i)
-	}
-	// Request-based reads hold at most half the slots and chunks, so that
-	// requests nobody waits on yet cannot starve the blocking calls.
-	f.reads.f, f.reads.maxSlots, f.reads.maxChunks = f, max(1, o.Slots/2), max(1, o.Chunks/2)
+	f.initSlots(o.Slots, o.Chunks)
 
 	// One QP per rank; for itself, a loopback pair (A posts, B responds).
 	if err = f.initMessaging(o.Credits, o.MsgSize, o.RecvBuffers); err != nil {

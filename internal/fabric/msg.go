@@ -197,6 +197,20 @@ func (f *Fabric) initMessaging(credits, size, recv int) (err error) {
 	if m.mr, err = f.pd.RegisterMR(m.mem, verbs.AccessLocalWrite); err != nil {
 		return err
 	}
+	m.initTables(f.size, nreq, nrep)
+	m.repost = make([]verbs.RecvWR, 0, min(8, nrecv/4))
+	for id := 0; id < nrecv; id++ {
+		if err := m.srq.PostRecv(uint64(id), m.mr.Local(id*m.size, m.size)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// initTables makes the tables of messaging to size ranks, with nreq
+// request and nrep reply buffers, every buffer and credit free; m.credits
+// is set.
+func (m *messaging) initTables(size, nreq, nrep int) {
 	m.qps = make(map[uint32]qpSide)
 	m.reqFree = make(chan uint16, nreq)
 	for i := 0; i < nreq; i++ {
@@ -206,26 +220,19 @@ func (f *Fabric) initMessaging(credits, size, recv int) (err error) {
 	for i := 0; i < nrep; i++ {
 		m.repFree <- uint16(i)
 	}
-	m.peers = make([]msgPeer, f.size)
+	m.peers = make([]msgPeer, size)
 	for r := range m.peers {
 		p := &m.peers[r]
-		p.free = make(chan uint16, credits)
-		p.credits = make([]credit, credits)
+		p.free = make(chan uint16, m.credits)
+		p.credits = make([]credit, m.credits)
 		p.wake = make(chan struct{}, 1)
-		p.applied = make([]applied, credits)
+		p.applied = make([]applied, m.credits)
 		for c := range p.credits {
 			p.credits[c].buf = -1
 			p.free <- uint16(c)
 		}
 	}
-	m.repost = make([]verbs.RecvWR, 0, min(8, nrecv/4))
-	m.deferred = make([]deferredReq, 0, f.size*credits)
-	for id := 0; id < nrecv; id++ {
-		if err := m.srq.PostRecv(uint64(id), m.mr.Local(id*m.size, m.size)); err != nil {
-			return err
-		}
-	}
-	return nil
+	m.deferred = make([]deferredReq, 0, size*m.credits)
 }
 
 // recycleLocked gives receive buffer id, whose message was handled, back

@@ -174,3 +174,23 @@ func (f *Fabric) scratch(id uint32) []byte {
 func (f *Fabric) atomicResult(id uint32) uint64 {
 	return *(*uint64)(unsafe.Pointer(&f.mem[int(id)*slotScratch]))
 }
+
+// initSlots makes the tables of n slots and chunks chunks, all free.
+// Request-based reads hold at most half of each, so that requests nobody
+// waits on yet cannot starve the blocking calls.
+func (f *Fabric) initSlots(n, chunks int) {
+	f.slots = make([]slot, n)
+	f.freeList = make([]uint32, 0, n)
+	for i := range f.slots {
+		f.slots[i].wake = make(chan struct{}, 1)
+		f.slots[i].chunk = -1
+		f.slots[i].reply = -1
+		f.freeList = append(f.freeList, uint32(i))
+		f.nfree.Add(1)
+	}
+	f.freeChunks = make(chan uint32, chunks)
+	for i := 0; i < chunks; i++ {
+		f.freeChunks <- uint32(i)
+	}
+	f.reads.f, f.reads.maxSlots, f.reads.maxChunks = f, max(1, n/2), max(1, chunks/2)
+}

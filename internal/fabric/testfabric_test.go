@@ -68,20 +68,7 @@ func newTestFabric(t *testing.T, o fabOpts) *Fabric {
 	if f.mem, err = verbs.Alloc(f.chunkOff + o.chunks*o.chunkSize); err != nil {
 		t.Fatal(err)
 	}
-	f.slots = make([]slot, o.slots)
-	f.freeList = make([]uint32, 0, o.slots)
-	for i := range f.slots {
-		f.slots[i].wake = make(chan struct{}, 1)
-		f.slots[i].chunk = -1
-		f.slots[i].reply = -1
-		f.freeList = append(f.freeList, uint32(i))
-		f.nfree.Add(1)
-	}
-	f.freeChunks = make(chan uint32, o.chunks)
-	for i := 0; i < o.chunks; i++ {
-		f.freeChunks <- uint32(i)
-	}
-	f.reads.f, f.reads.maxSlots, f.reads.maxChunks = f, max(1, o.slots/2), max(1, o.chunks/2)
+	f.initSlots(o.slots, o.chunks)
 	if o.readSlots > 0 {
 		f.reads.maxSlots = o.readSlots
 	}
@@ -98,28 +85,7 @@ func newTestFabric(t *testing.T, o fabOpts) *Fabric {
 	if m.mem, err = verbs.Alloc(m.repOff + nrep*m.size); err != nil {
 		t.Fatal(err)
 	}
-	m.qps = make(map[uint32]qpSide)
-	m.reqFree = make(chan uint16, nreq)
-	for i := 0; i < nreq; i++ {
-		m.reqFree <- uint16(i)
-	}
-	m.repFree = make(chan uint16, nrep)
-	for i := 0; i < nrep; i++ {
-		m.repFree <- uint16(i)
-	}
-	m.peers = make([]msgPeer, o.size)
-	for r := range m.peers {
-		p := &m.peers[r]
-		p.free = make(chan uint16, o.credits)
-		p.credits = make([]credit, o.credits)
-		p.wake = make(chan struct{}, 1)
-		p.applied = make([]applied, o.credits)
-		for c := range p.credits {
-			p.credits[c].buf = -1
-			p.free <- uint16(c)
-		}
-	}
-	m.deferred = make([]deferredReq, 0, o.size*o.credits)
+	m.initTables(o.size, nreq, nrep)
 
 	f.peers = make([]peer, o.size)
 	me := &f.peers[o.rank]
