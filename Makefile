@@ -77,7 +77,9 @@ consumer: tools
 # Third boot: TestTwoHostLossy through rxevm's relay, which the test sets to
 # each of its phases' faults (2% loss with 1% duplication and 2% reordering;
 # 20 ms jitter); rxevm prints the frames dropped, duplicated and reordered.
-# make lossy-heavy runs it at 5% loss, beyond the bound the library states.
+# Then TestTwoHostTCPCut: 1 MiB Puts both ways at 5% loss while every TCP
+# frame is dropped for 6 s. make lossy-heavy runs TestTwoHostLossy at 5%
+# loss, beyond the bound the library states.
 TWOHOST_TEST := $(BIN)/integration.test -test.v -test.count=1
 TWOHOST_RUN1 := -test.run="^TestTwoHost(|Examples|Subset|ServiceProbe|ProcessDeath)$$"
 twohost: tools
@@ -86,11 +88,11 @@ twohost: tools
 		$(RXEVM) -hosts 2 -timeout 15m -- $(TWOHOST_TEST) $(TWOHOST_RUN1) \
 		::: sh -c 'ip link set eth0 mtu 9000 && sleep 1 && ibv_devinfo -d rxe0 | grep active_mtu && exec $(TWOHOST_TEST) $(TWOHOST_RUN1)'
 	$(RXEVM) -hosts 2 -timeout 10m -wire loss=2%,seed=4 -- $(TWOHOST_TEST) -test.run='^TestTwoHostHostDeath$$'
-	$(RXEVM) -hosts 2 -timeout 15m -wire none -- $(TWOHOST_TEST) -test.run='^TestTwoHostLossy$$'
+	$(RXEVM) -hosts 2 -timeout 15m -wire none -- $(TWOHOST_TEST) -test.run='^TestTwoHost(Lossy|TCPCut)$$'
 
 lossy-heavy: tools
 	$(GO) test -c -tags integration -o $(BIN)/integration.test ./test
-	RMA_LOSSY_WIRES='loss=5%,seed=3' $(RXEVM) -hosts 2 -timeout 15m -wire none -- $(TWOHOST_TEST) -test.run='^TestTwoHostLossy$$'
+	RMA_LOSSY_WIRES='loss=5%,seed=3' $(RXEVM) -hosts 2 -timeout 15m -wire none -- $(TWOHOST_TEST) -test.run='^TestTwoHost(Lossy|TCPCut)$$'
 
 demo: tools
 	$(RXEVM) -- $(BIN)/rmarun -n 4 $(BIN)/accumulate

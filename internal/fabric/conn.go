@@ -43,14 +43,23 @@ import (
 // and the protocol are in reconnect.go.
 
 // conn is one generation of the RC connection to a rank.
+//
+// To another rank it is two queue pairs: qp for everything, and probe for
+// the liveness probe's READ alone (see Probe). An RC queue pair answers in
+// order, so a probe on qp would wait behind everything posted before it:
+// on a lossy wire, behind a long WRITE that the transport retries for
+// longer than the peer timeout. The two are made, exchanged, connected,
+// failed and destroyed together.
 type conn struct {
-	rank      int
-	gen       uint32 // agreed with the peer: 1 at first, one more per re-establishment
-	qp        *verbs.QP
-	resp      *verbs.QP      // own rank only: the loopback pair's responder half
-	local     verbs.Endpoint // qp's endpoint (with the PSN the peer is told)
-	respLocal verbs.Endpoint
-	// posted and completed count the send work requests on qp and resp: a
+	rank       int
+	gen        uint32 // agreed with the peer: 1 at first, one more per re-establishment
+	qp         *verbs.QP
+	resp       *verbs.QP      // own rank only: the loopback pair's responder half
+	probe      *verbs.QP      // other ranks only: the probe's
+	local      verbs.Endpoint // qp's endpoint (with the PSN the peer is told)
+	respLocal  verbs.Endpoint
+	probeLocal verbs.Endpoint
+	// posted and completed count the send work requests on its QPs: a
 	// retired connection is destroyed once they are equal.
 	posted, completed atomic.Uint64
 	faulted           atomic.Bool // a failed completion showed it is in the error state
@@ -70,6 +79,12 @@ func (f *Fabric) newConn(rank int, gen uint32) (c *conn, err error) {
 			return nil, err
 		}
 		c.respLocal = f.endpoint(c.resp)
+	} else {
+		if c.probe, err = f.pd.CreateQP(f.qpc); err != nil {
+			c.qp.Close()
+			return nil, err
+		}
+		c.probeLocal = f.endpoint(c.probe)
 	}
 	f.register(c)
 	return c, nil
@@ -90,6 +105,9 @@ func (c *conn) setError() {
 	if c.resp != nil {
 		c.resp.SetError()
 	}
+	if c.probe != nil {
+		c.probe.SetError()
+	}
 }
 
 func (c *conn) close() error {
@@ -101,6 +119,10 @@ func (c *conn) close() error {
 	if c.resp != nil {
 		errs = append(errs, c.resp.Close())
 		c.resp = nil
+	}
+	if c.probe != nil {
+		errs = append(errs, c.probe.Close())
+		c.probe = nil
 	}
 	return errors.Join(errs...)
 }
@@ -135,13 +157,14 @@ type peer struct {
 	// The manager's alone: the connection being set up while !up, the
 	// peer's endpoint for it and whether the peer is ready, the deadline of
 	// the re-establishment; retired connections not yet destroyed.
-	next       *conn
-	remote     verbs.Endpoint
-	haveRemote bool
-	peerReady  bool
-	deadline   time.Time
-	retired    []*conn
-	lostDone   bool
+	next        *conn
+	remote      verbs.Endpoint
+	remoteProbe verbs.Endpoint // its probe QP's
+	haveRemote  bool
+	peerReady   bool
+	deadline    time.Time
+	retired     []*conn
+	lostDone    bool
 	// unsent: signals of the exchange that the Signaller could not carry
 	// yet (its connection being re-established); sent again until the
 	// deadline.
@@ -322,8 +345,9 @@ func (f *Fabric) PeerErr(rank int) error { return f.peerErr(rank) }
 // probe reads rank's probe word: see Probe.
 func (f *Fabric) probe(ctx context.Context, rank int) error {
 	p := &f.peers[rank]
-	_, err := f.Read8(ctx, rank, p.probeAddr, p.probeRKey)
+	id, err := f.readSmall(ctx, rank, wordProbe, p.probeAddr, p.probeRKey, 8)
 	if err == nil {
+		f.releaseSlot(id)
 		return nil
 	}
 	if ctx.Err() != nil {
@@ -339,13 +363,14 @@ func (f *Fabric) probe(ctx context.Context, rank int) error {
 	return nil
 }
 
-// Probe reads rank's probe word over RDMA: the evidence of whether a rank
-// lives when another channel to it went quiet. It returns ctx's error if
-// the read was asked and not answered before ctx ended (the transport
-// retries a read to a dead host without end on Soft-RoCE), and marks rank
-// lost and returns its error if the transport gave up and the queue pair
-// could not be re-established. Other failures, and a ctx that ends while
-// the pair is being re-established, say nothing about rank: nil.
+// Probe reads rank's probe word over RDMA, on a queue pair of its own (see
+// conn): the evidence of whether a rank lives when another channel to it
+// went quiet. It returns ctx's error if the read was asked and not
+// answered before ctx ended (the transport retries a read to a dead host
+// without end on Soft-RoCE), and marks rank lost and returns its error if
+// the transport gave up and the queue pair could not be re-established.
+// Other failures, and a ctx that ends while the pair is being
+// re-established, say nothing about rank: nil.
 func (f *Fabric) Probe(ctx context.Context, rank int) error {
 	if err := f.enter(); err != nil {
 		return err

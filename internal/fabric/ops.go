@@ -138,7 +138,7 @@ func (f *Fabric) Read(ctx context.Context, rank int, dst []byte, raddr uint64, r
 	defer f.exit()
 	if n := len(dst); n > 0 && n <= 8 {
 		// Small: into the slot's own 8 bytes, no staging chunk.
-		id, err := f.readSmall(ctx, rank, raddr, rkey, n)
+		id, err := f.readSmall(ctx, rank, wordRead, raddr, rkey, n)
 		if err != nil {
 			return err
 		}
@@ -156,12 +156,12 @@ func readAgain(ctx context.Context, err error) bool {
 	return err != nil && reissuable(err) && ctx.Err() == nil
 }
 
-// readSmall reads n <= 8 bytes at raddr into slot id's scratch word and
-// waits; the caller reads the word, then releases the slot. A READ cut
+// readSmall reads n <= 8 bytes at raddr into slot id's scratch word (kind
+// wordRead, or wordProbe) and waits; the caller reads the word, then releases the slot. A READ cut
 // short by a connection failure is posted again.
-func (f *Fabric) readSmall(ctx context.Context, rank int, raddr uint64, rkey uint32, n int) (uint32, error) {
+func (f *Fabric) readSmall(ctx context.Context, rank, kind int, raddr uint64, rkey uint32, n int) (uint32, error) {
 	for {
-		id, err := f.postSmall(ctx, rank, wordRead, raddr, rkey, 0, 0, n)
+		id, err := f.postSmall(ctx, rank, kind, raddr, rkey, 0, 0, n)
 		if err != nil {
 			return 0, err
 		}
@@ -335,6 +335,7 @@ const (
 	wordRead        = iota // RDMA READ of n bytes
 	wordFetchAdd           // fetch-and-add a
 	wordCompareSwap        // compare with a, swap in b
+	wordProbe              // RDMA READ of n bytes on the connection's probe QP
 )
 
 // postSmall takes a slot and posts one operation on at most slotScratch
@@ -355,12 +356,19 @@ func (f *Fabric) postSmall(ctx context.Context, rank, kind int, raddr uint64, rk
 	}
 	f.posting(id, p, c)
 	l := f.mr.Local(int(id)*slotScratch, n)
+	qp := c.qp
+	if kind == wordProbe {
+		if c.probe != nil {
+			qp = c.probe
+		}
+		kind = wordRead
+	}
 	if f.pollMu.TryLock() {
 		var k int
 		if kind == wordRead {
-			k, err = c.qp.PostReadPoll(uint64(id), l, raddr, rkey, verbs.SendSignaled, f.cq, f.wcs[:])
+			k, err = qp.PostReadPoll(uint64(id), l, raddr, rkey, verbs.SendSignaled, f.cq, f.wcs[:])
 		} else {
-			k, err = c.qp.PostAtomicPoll(uint64(id), l, raddr, rkey, kind == wordFetchAdd, a, b, verbs.SendSignaled, f.cq, f.wcs[:])
+			k, err = qp.PostAtomicPoll(uint64(id), l, raddr, rkey, kind == wordFetchAdd, a, b, verbs.SendSignaled, f.cq, f.wcs[:])
 		}
 		p.qmu.RUnlock()
 		if k > 0 {
@@ -370,11 +378,11 @@ func (f *Fabric) postSmall(ctx context.Context, rank, kind int, raddr uint64, rk
 	} else {
 		switch kind {
 		case wordRead:
-			err = c.qp.PostRead(uint64(id), l, raddr, rkey, verbs.SendSignaled)
+			err = qp.PostRead(uint64(id), l, raddr, rkey, verbs.SendSignaled)
 		case wordFetchAdd:
-			err = c.qp.PostFetchAdd(uint64(id), l, raddr, rkey, a, verbs.SendSignaled)
+			err = qp.PostFetchAdd(uint64(id), l, raddr, rkey, a, verbs.SendSignaled)
 		default:
-			err = c.qp.PostCompareSwap(uint64(id), l, raddr, rkey, a, b, verbs.SendSignaled)
+			err = qp.PostCompareSwap(uint64(id), l, raddr, rkey, a, b, verbs.SendSignaled)
 		}
 		p.qmu.RUnlock()
 	}
@@ -472,7 +480,7 @@ func (f *Fabric) Read8(ctx context.Context, rank int, raddr uint64, rkey uint32)
 		return 0, err
 	}
 	defer f.exit()
-	id, err := f.readSmall(ctx, rank, raddr, rkey, 8)
+	id, err := f.readSmall(ctx, rank, wordRead, raddr, rkey, 8)
 	if err != nil {
 		return 0, err
 	}

@@ -37,8 +37,11 @@ type RoundTripper interface {
 // MaxSignal is the largest message a Signaller carries.
 const MaxSignal = 64
 
+// sigReconnectLen is the length of a RECONNECT message.
+const sigReconnectLen = sigHeader + 2*verbs.EndpointSize
+
 const (
-	sigReconnect = 1 // gen (4 bytes, little endian), endpoint
+	sigReconnect = 1 // gen (4 bytes, little endian), endpoint, probe QP's endpoint
 	sigReady     = 2 // gen
 	sigFenced    = 3 // gen (unused): the sender found the receiver lost and fenced it off
 	sigHeader    = 5
@@ -267,10 +270,10 @@ func (f *Fabric) resend(rank int) {
 	p := &f.peers[rank]
 	c := p.next
 	if p.unsent[0] {
-		var msg [sigHeader + verbs.EndpointSize]byte
+		var msg [sigReconnectLen]byte
 		msg[0] = sigReconnect
 		binary.LittleEndian.PutUint32(msg[1:], c.gen)
-		c.local.AppendBinary(msg[:sigHeader])
+		c.probeLocal.AppendBinary(c.local.AppendBinary(msg[:sigHeader]))
 		if f.signal(rank, msg[:]) != nil {
 			return
 		}
@@ -314,10 +317,14 @@ func (f *Fabric) onSignal(rank int, msg []byte) {
 	gen := binary.LittleEndian.Uint32(msg[1:])
 	switch msg[0] {
 	case sigReconnect:
-		if len(msg) != sigHeader+verbs.EndpointSize {
+		if len(msg) != sigReconnectLen {
 			return
 		}
-		ep, err := verbs.DecodeEndpoint(msg[sigHeader:])
+		ep, err := verbs.DecodeEndpoint(msg[sigHeader : sigHeader+verbs.EndpointSize])
+		if err != nil {
+			return
+		}
+		probe, err := verbs.DecodeEndpoint(msg[sigHeader+verbs.EndpointSize:])
 		if err != nil {
 			return
 		}
@@ -337,7 +344,7 @@ func (f *Fabric) onSignal(rank int, msg []byte) {
 		if p.next == nil || p.next.gen != gen {
 			return // begin failed: the peer is lost
 		}
-		p.remote, p.haveRemote = ep, true
+		p.remote, p.remoteProbe, p.haveRemote = ep, probe, true
 		f.connectNext(rank)
 	case sigFenced:
 		f.MarkLost(rank, errors.New("it found this rank lost and fenced it off"))
@@ -362,6 +369,12 @@ func (f *Fabric) connectNext(rank int) {
 	if err := c.qp.Connect(&path, c.local, p.remote); err != nil {
 		f.lose(rank, fmt.Errorf("connecting its new queue pair: %w", err))
 		return
+	}
+	if c.probe != nil {
+		if err := c.probe.Connect(&path, c.probeLocal, p.remoteProbe); err != nil {
+			f.lose(rank, fmt.Errorf("connecting its new probe queue pair: %w", err))
+			return
+		}
 	}
 	c.connected = true
 	p.unsent[1] = true

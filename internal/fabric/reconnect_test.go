@@ -133,8 +133,9 @@ func TestReady(t *testing.T) {
 // generation, or the current one once up or once its endpoint is known),
 // malformed, or from a lost rank change nothing; unknown kinds neither.
 func TestReconnectIgnored(t *testing.T) {
-	ep := verbs.Endpoint{QPN: 0x1234, PSN: 0x42, MTU: verbs.MTU1024}.AppendBinary(nil)
-	bad := verbs.Endpoint{QPN: 1 << 24}.AppendBinary(nil)
+	one := verbs.Endpoint{QPN: 0x1234, PSN: 0x42, MTU: verbs.MTU1024}.AppendBinary(nil)
+	ep := verbs.Endpoint{QPN: 0x1235, PSN: 0x43, MTU: verbs.MTU1024}.AppendBinary(one) // data and probe QPs
+	bad := verbs.Endpoint{QPN: 1 << 24}.AppendBinary(one)
 	f := newTestFabric(t, fabOpts{size: 3})
 	connectPeer(f, 1)
 	cur := connectPeer(f, 1) // generation 2, up
@@ -142,6 +143,7 @@ func TestReconnectIgnored(t *testing.T) {
 		genMsg(sigReconnect, 1, ep...), // older
 		genMsg(sigReconnect, 2, ep...), // current, up
 		genMsg(sigReconnect, 9, ep[:10]...),
+		genMsg(sigReconnect, 9, one...), // no probe QP
 		genMsg(sigReconnect, 9, bad...),
 		genMsg(42, 9, ep...),
 	} {
@@ -249,7 +251,9 @@ func TestResendSignals(t *testing.T) {
 	p := &f.peers[1]
 	local := verbs.Endpoint{QPN: 0xabcdef, PSN: 0x123456, LID: 7, MTU: verbs.MTU4096}
 	local.GID[15] = 1
-	p.next = &conn{rank: 1, gen: 0x01020304, local: local}
+	probe := local
+	probe.QPN, probe.PSN = 0xabcdf0, 0x654321
+	p.next = &conn{rank: 1, gen: 0x01020304, local: local, probeLocal: probe}
 	p.deadline = time.Now().Add(time.Hour)
 	p.unsent = [2]bool{true, true}
 	sig.down = true
@@ -268,10 +272,12 @@ func TestResendSignals(t *testing.T) {
 		t.Fatalf("sent %d messages, want RECONNECT and READY", len(msgs))
 	}
 	rc, rd := msgs[0], msgs[1]
-	if len(rc) != sigHeader+verbs.EndpointSize || rc[0] != sigReconnect || binary.LittleEndian.Uint32(rc[1:]) != 0x01020304 {
-		t.Errorf("RECONNECT %x: want kind 1, generation 0x01020304 little endian, then the endpoint", rc)
-	} else if ep, err := verbs.DecodeEndpoint(rc[sigHeader:]); err != nil || ep != local {
+	if len(rc) != sigHeader+2*verbs.EndpointSize || rc[0] != sigReconnect || binary.LittleEndian.Uint32(rc[1:]) != 0x01020304 {
+		t.Errorf("RECONNECT %x: want kind 1, generation 0x01020304 little endian, then the two endpoints", rc)
+	} else if ep, err := verbs.DecodeEndpoint(rc[sigHeader : sigHeader+verbs.EndpointSize]); err != nil || ep != local {
 		t.Errorf("RECONNECT's endpoint %+v (%v), want %+v", ep, err, local)
+	} else if ep, err := verbs.DecodeEndpoint(rc[sigHeader+verbs.EndpointSize:]); err != nil || ep != probe {
+		t.Errorf("RECONNECT's probe endpoint %+v (%v), want %+v", ep, err, probe)
 	}
 	if string(rd) != string(genMsg(sigReady, 0x01020304)) {
 		t.Errorf("READY %x, want %x", rd, genMsg(sigReady, 0x01020304))

@@ -27,11 +27,13 @@ const WireMarker = "rxevm: wire "
 type wireFaults struct {
 	loss, dup, reorder float64       // probabilities per frame
 	delay, jitter      time.Duration // each frame waits delay, plus or minus up to jitter (in order)
+	cutTCP             bool          // every TCP frame is dropped (RoCE's UDP goes on)
 }
 
 // parseWire parses a spec: comma-separated loss=P, dup=P, reorder=P (P a percentage, "2%",
-// or a fraction, "0.02"), delay=D, jitter=D (Go durations), and seed=N (with -wire only;
-// returned apart, 0 if absent). "" and "none" are a clean wire.
+// or a fraction, "0.02"), delay=D, jitter=D (Go durations), cut=tcp (TCP cut, the rest
+// not), and seed=N (with -wire only; returned apart, 0 if absent). "" and "none" are a
+// clean wire.
 func parseWire(spec string) (f wireFaults, seed uint64, err error) {
 	spec = strings.TrimSpace(spec)
 	if spec == "" || spec == "none" {
@@ -66,12 +68,17 @@ func parseWire(spec string) (f wireFaults, seed uint64, err error) {
 			} else {
 				f.jitter = d
 			}
+		case "cut":
+			if v != "tcp" {
+				return f, 0, fmt.Errorf("wire spec %q: cut=%s: only tcp can be cut", spec, v)
+			}
+			f.cutTCP = true
 		case "seed":
 			if seed, err = strconv.ParseUint(v, 10, 64); err != nil {
 				return f, 0, fmt.Errorf("wire spec %q: seed=%s: %w", spec, v, err)
 			}
 		default:
-			return f, 0, fmt.Errorf("wire spec %q: unknown key %q (loss, dup, reorder, delay, jitter, seed)", spec, k)
+			return f, 0, fmt.Errorf("wire spec %q: unknown key %q (loss, dup, reorder, delay, jitter, cut, seed)", spec, k)
 		}
 	}
 	return f, seed, nil
@@ -93,17 +100,21 @@ func parseProb(v string) (float64, error) {
 }
 
 func (f wireFaults) String() string {
-	return fmt.Sprintf("loss=%g%%,dup=%g%%,reorder=%g%%,delay=%v,jitter=%v", 100*f.loss, 100*f.dup, 100*f.reorder, f.delay, f.jitter)
+	s := fmt.Sprintf("loss=%g%%,dup=%g%%,reorder=%g%%,delay=%v,jitter=%v", 100*f.loss, 100*f.dup, 100*f.reorder, f.delay, f.jitter)
+	if f.cutTCP {
+		s += ",cut=tcp"
+	}
+	return s
 }
 
 // wireCounts are what a wire did, since it started.
 type wireCounts struct {
-	frames, dropped, duplicated, reordered atomic.Uint64
+	frames, dropped, duplicated, reordered, cut atomic.Uint64
 }
 
 func (c *wireCounts) String() string {
-	return fmt.Sprintf("%d frames, %d dropped, %d duplicated, %d reordered",
-		c.frames.Load(), c.dropped.Load(), c.duplicated.Load(), c.reordered.Load())
+	return fmt.Sprintf("%d frames, %d dropped, %d duplicated, %d reordered, %d TCP cut",
+		c.frames.Load(), c.dropped.Load(), c.duplicated.Load(), c.reordered.Load(), c.cut.Load())
 }
 
 // reorderGap is how much longer a frame chosen to be reordered waits than the frames after
@@ -187,6 +198,10 @@ func (w *wire) relay(in, out *net.UDPConn, dst *net.UDPAddr) {
 			return // closed
 		}
 		w.counts.frames.Add(1)
+		if isTCP(buf[:n]) && w.cuttingTCP() {
+			w.counts.cut.Add(1)
+			continue
+		}
 		copies := w.fate()
 		if len(copies) == 0 {
 			w.counts.dropped.Add(1)
@@ -261,6 +276,26 @@ func (w *wire) fate() []copyFate {
 		out = append(out, c)
 	}
 	return out
+}
+
+// isTCP reports whether an Ethernet frame carries TCP over IPv4 or IPv6.
+func isTCP(frame []byte) bool {
+	if len(frame) < 14 {
+		return false
+	}
+	switch uint16(frame[12])<<8 | uint16(frame[13]) {
+	case 0x0800: // IPv4: the protocol at byte 9 of its header
+		return len(frame) > 14+9 && frame[14+9] == 6
+	case 0x86dd: // IPv6: the next header at byte 6
+		return len(frame) > 14+6 && frame[14+6] == 6
+	}
+	return false
+}
+
+func (w *wire) cuttingTCP() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.faults.cutTCP
 }
 
 // close stops the relay.

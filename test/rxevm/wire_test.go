@@ -22,6 +22,8 @@ func TestParseWire(t *testing.T) {
 		{spec: "jitter=-1ms", bad: true},
 		{spec: "lossy", bad: true},
 		{spec: "mtu=9000", bad: true},
+		{spec: "loss=5%,cut=tcp", want: wireFaults{loss: 0.05, cutTCP: true}},
+		{spec: "cut=udp", bad: true},
 	} {
 		f, seed, err := parseWire(c.spec)
 		if c.bad {
@@ -136,6 +138,68 @@ func TestWireRelay(t *testing.T) {
 	}
 	if d := w.counts.dropped.Load(); d < n/20 || d > n/5 {
 		t.Errorf("%d of %d dropped at 10%%", d, n)
+	}
+}
+
+// TestWireCutTCP: with cut=tcp, frames carrying TCP (over IPv4 or IPv6) are dropped and
+// the others relayed.
+func TestWireCutTCP(t *testing.T) {
+	hosts, ports := wireHosts(t)
+	w, err := newWire(wireFaults{cutTCP: true}, 5, ports)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.start()
+	relay := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: w.Ports()[0]}
+	frame := func(ethertype uint16, proto byte) []byte {
+		f := make([]byte, 60)
+		f[12], f[13] = byte(ethertype>>8), byte(ethertype)
+		if ethertype == 0x0800 {
+			f[14+9] = proto
+		} else {
+			f[14+6] = proto
+		}
+		return f
+	}
+	frames := []struct {
+		b    []byte
+		pass bool
+	}{
+		{frame(0x0800, 6), false}, // TCP over IPv4
+		{frame(0x0800, 17), true}, // UDP over IPv4: RoCE v2
+		{frame(0x86dd, 6), false}, // TCP over IPv6
+		{frame(0x86dd, 17), true}, // UDP over IPv6
+		{frame(0x0806, 6), true},  // ARP
+		{[]byte{1, 2, 3}, true},   // too short to tell
+	}
+	want := 0
+	for i, f := range frames {
+		f.b = append(f.b, byte(i))
+		if _, err := hosts[0].WriteToUDP(f.b, relay); err != nil {
+			t.Fatal(err)
+		}
+		if f.pass {
+			want++
+		}
+	}
+	var got []byte
+	buf := make([]byte, 128)
+	hosts[1].SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+	for {
+		n, _, err := hosts[1].ReadFromUDP(buf)
+		if err != nil {
+			break
+		}
+		got = append(got, buf[n-1])
+	}
+	w.close()
+	if len(got) != want || w.counts.cut.Load() != uint64(len(frames)-want) {
+		t.Errorf("frames received (by index): %v, want those of %d passing; relay: %v", got, want, &w.counts)
+	}
+	for _, i := range got {
+		if !frames[i].pass {
+			t.Errorf("frame %d (%x) was relayed, want it cut", i, frames[i].b[:24])
+		}
 	}
 }
 
