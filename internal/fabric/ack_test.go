@@ -16,8 +16,10 @@ func (rtt) Signal(int, []byte) error { return nil }
 func (r rtt) RoundTrip(int) (time.Duration, time.Duration, bool) { return r.least, r.dev, r.ok }
 
 // TestACKTimeout: the ACK timeout covers the measured round trip plus four
-// deviations, at least about 17 ms (2^12 x 4.096 us); without a measurement
-// it is the peer timeout over the eight tries. Timeouts are 4.096 us x 2^t.
+// deviations, at least about 17 ms (2^12 x 4.096 us), the deviations
+// counting for no more than the peer timeout over the eight tries (or
+// twice the round trip); without a measurement it is the peer timeout over
+// the eight tries. Timeouts are 4.096 us x 2^t.
 func TestACKTimeout(t *testing.T) {
 	for _, c := range []struct {
 		sig  Signaller
@@ -29,6 +31,8 @@ func TestACKTimeout(t *testing.T) {
 		{rtt{2 * time.Millisecond, 10 * time.Millisecond, true}, 14},      // 42 ms: 67 ms (33.5 ms is short)
 		{rtt{30 * time.Millisecond, 500 * time.Microsecond, true}, 13},    // 32 ms: 33.5 ms
 		{rtt{time.Hour, time.Hour, true}, 31},                             // the field's most
+		{rtt{2 * time.Millisecond, 250 * time.Millisecond, true}, 15},     // 1 s: the deviation capped, 125 ms
+		{rtt{100 * time.Millisecond, time.Second, true}, 16},              // 4.1 s: twice the least, 200 ms: 268 ms
 		{rtt{50 * time.Microsecond, 10 * time.Microsecond, true}, 12},     // a fast wire: the floor
 	} {
 		f := &Fabric{peerTimeout: time.Second}

@@ -186,15 +186,19 @@ const minACKTimeout = 12
 // With a round-trip measurement from the Signaller (RoundTripper), t is the
 // least that covers the least round trip plus four mean deviations (the
 // path's delay and its jitter), and minACKTimeout; without one, the peer
-// timeout over the transport's retries.
+// timeout over the transport's retries. The deviations count for no more
+// than that: a probe (Probe) must be resent several times within a peer
+// timeout, and a deviation measured on a young or disturbed connection can
+// be far larger than the path's.
 func (f *Fabric) ackTimeout(rank int) int {
-	want := f.peerTimeout / (transportRetries + 1)
+	tries := f.peerTimeout / (transportRetries + 1)
+	want := tries
 	f.mgr.mu.Lock()
 	rt, ok := f.mgr.sig.(RoundTripper)
 	f.mgr.mu.Unlock()
 	if ok {
 		if least, dev, ok := rt.RoundTrip(rank); ok {
-			want = least + 4*dev
+			want = min(least+4*dev, max(tries, 2*least))
 		}
 	}
 	t := minACKTimeout
