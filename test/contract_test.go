@@ -23,7 +23,8 @@ import (
 // The contract (package rma) checked once and run on both modes: a group
 // window's view of another rank (TestContractGroup) and a service window
 // (TestContractService): every call by one goroutine (contractCalls),
-// then many goroutines sharing the window (contractShared).
+// the calls refused whatever the mode (contractChecks), then many
+// goroutines sharing the window (contractShared).
 
 func init() {
 	workers["contract"] = workContract
@@ -338,12 +339,16 @@ func contractShared(ctx context.Context, w rma.Window, base int) error {
 // workContract (2 ranks): each rank runs contractCalls on the other's
 // window through win.Window.Target.
 func workContract(ctx context.Context, g *group.Group) error {
-	w, err := win.Allocate(ctx, g, 2*contractBytes+2*contractSharedBytes, 1)
+	const size = 2*contractBytes + 2*contractSharedBytes + 2*contractCheckBytes
+	w, err := win.Allocate(ctx, g, size, 1)
 	if err != nil {
 		return err
 	}
 	me := g.Rank()
 	if err := contractCalls(ctx, w.Target(1-me), contractBytes*me); err != nil {
+		return fmt.Errorf("on rank %d's window: %w", 1-me, err)
+	}
+	if err := contractChecks(ctx, w.Target(1-me), size-contractCheckBytes*(1+me), size); err != nil {
 		return fmt.Errorf("on rank %d's window: %w", 1-me, err)
 	}
 	if err := contractShared(ctx, w.Target(1-me), 2*contractBytes+contractSharedBytes*me); err != nil {
@@ -377,6 +382,9 @@ func svcContract(ctx context.Context, addr string) error {
 		return err
 	}
 	if err := contractCalls(ctx, alpha, svcAlpha-contractBytes); err != nil {
+		return err
+	}
+	if err := contractChecks(ctx, alpha, svcAlpha-contractBytes-contractCheckBytes, svcAlpha); err != nil {
 		return err
 	}
 	beta, err := cl.Open(ctx, "beta")

@@ -13,11 +13,11 @@ import (
 
 // Connections and their re-establishment.
 //
-// Every rank has one RC connection to every rank it talks to (to itself
-// through a loopback pair, made at start). The connection to another rank
-// is made on first use: the caller asks the manager for it (peer.want),
-// and the manager starts generation 1 of the pair exactly as it
-// re-establishes a failed one, below.
+// Every rank has one RC connection to every rank it talks to (two queue
+// pairs, see conn; to itself through a loopback pair, made at start). The
+// connection to another rank is made on first use: the caller asks the
+// manager for it (peer.want), and the manager starts generation 1 of the
+// pair exactly as it re-establishes a failed one, below.
 //
 // A failed work completion leaves the QP in the error state, and on a
 // remote fault the peer's QP too. The pair is then replaced by a new

@@ -328,7 +328,8 @@ func New(ctx context.Context, rank, size int, ex Exchanger, o Options) (f *Fabri
 	f.m.wcs = unsafe.Slice((*verbs.WC)(unsafe.Pointer(&f.mem[o.Slots*slotScratch+wcBytes])), 32)
 	f.initSlots(o.Slots, o.Chunks)
 
-	// One QP per rank; for itself, a loopback pair (A posts, B responds).
+	// A connection per rank (see conn); for itself, a loopback pair (A
+	// posts, B responds).
 	if err = f.initMessaging(o.Credits, o.MsgSize, o.RecvBuffers); err != nil {
 		return nil, err
 	}
