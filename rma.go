@@ -66,11 +66,15 @@ type Window interface {
 	Accumulate(ctx context.Context, origin []byte, dt datatype.Basic, disp int, o op.Op) error
 	// GetAccumulate is Accumulate that returns the old elements in result.
 	GetAccumulate(ctx context.Context, origin, result []byte, dt datatype.Basic, disp int, o op.Op) error
-	// AccumulateTo and GetAccumulateTo are Accumulate and GetAccumulate
-	// into a derived target layout; origin and result hold its elements
-	// packed in type-map order.
-	AccumulateTo(ctx context.Context, origin []byte, t Layout, o op.Op) error
-	GetAccumulateTo(ctx context.Context, origin, result []byte, t Layout, o op.Op) error
+	// PutTo, GetTo, AccumulateTo and GetAccumulateTo are Put, Get,
+	// Accumulate and GetAccumulate with datatypes: origin and result are
+	// Buffers, the target a Layout, and their type signatures must match
+	// (the elements are taken and placed in type-map order). A result's
+	// entries must not overlap.
+	PutTo(ctx context.Context, origin Buffer, t Layout) error
+	GetTo(ctx context.Context, result Buffer, t Layout) error
+	AccumulateTo(ctx context.Context, origin Buffer, t Layout, o op.Op) error
+	GetAccumulateTo(ctx context.Context, origin, result Buffer, t Layout, o op.Op) error
 	// FetchAndOp is GetAccumulate of one element.
 	FetchAndOp(ctx context.Context, origin, result []byte, dt datatype.Basic, disp int, o op.Op) error
 	// CompareAndSwap stores origin at disp if the element there equals
@@ -90,6 +94,21 @@ type Window interface {
 	Unlock(ctx context.Context) error
 	// Flush completes at the target every call made so far.
 	Flush(ctx context.Context) error
+}
+
+// Buffer is origin or result memory described by an MPI datatype: Count
+// instances of Type, each Type.Extent() bytes after the previous, the first
+// starting at Data[0] (plus Type's lower bound): MPI's buffer, count and
+// datatype.
+type Buffer struct {
+	Data  []byte        // the memory; the elements Type selects must lie in it
+	Type  datatype.Type // the layout of one instance
+	Count int           // the number of instances
+}
+
+// Contiguous describes b as len(b)/dt.Size() consecutive elements of dt.
+func Contiguous(b []byte, dt datatype.Basic) Buffer {
+	return Buffer{Data: b, Type: dt.Type(), Count: len(b) / max(dt.Size(), 1)}
 }
 
 // Layout is a target layout: Count instances of Type from displacement

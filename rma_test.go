@@ -62,13 +62,45 @@ func (w *memWindow) GetAccumulate(_ context.Context, origin, result []byte, dt d
 	return op.ApplyFetch(o, dt, t, origin, result)
 }
 
-func (w *memWindow) AccumulateTo(ctx context.Context, origin []byte, t Layout, o op.Op) error {
-	return w.GetAccumulateTo(ctx, origin, nil, t, o)
+// pack returns b's elements packed (nil for no data).
+func pack(b Buffer) []byte {
+	if b.Data == nil {
+		return nil
+	}
+	p, err := datatype.AppendPack(nil, b.Data, b.Count, b.Type)
+	if err != nil {
+		panic(err)
+	}
+	return p
 }
 
-// GetAccumulateTo applies the call element by element (result nil: no old
-// values).
-func (w *memWindow) GetAccumulateTo(_ context.Context, origin, result []byte, t Layout, o op.Op) error {
+func (w *memWindow) PutTo(ctx context.Context, origin Buffer, t Layout) error {
+	return w.layoutCall(pack(origin), nil, t, op.Replace)
+}
+
+func (w *memWindow) GetTo(ctx context.Context, result Buffer, t Layout) error {
+	res := make([]byte, int64(result.Count)*result.Type.Size())
+	if err := w.layoutCall(nil, res, t, op.NoOp); err != nil {
+		return err
+	}
+	return datatype.Unpack(result.Data, res, result.Count, result.Type)
+}
+
+func (w *memWindow) AccumulateTo(ctx context.Context, origin Buffer, t Layout, o op.Op) error {
+	return w.layoutCall(pack(origin), nil, t, o)
+}
+
+func (w *memWindow) GetAccumulateTo(ctx context.Context, origin, result Buffer, t Layout, o op.Op) error {
+	res := make([]byte, int64(result.Count)*result.Type.Size())
+	if err := w.layoutCall(pack(origin), res, t, o); err != nil {
+		return err
+	}
+	return datatype.Unpack(result.Data, res, result.Count, result.Type)
+}
+
+// layoutCall applies a call with a target layout element by element,
+// origin and result packed (result nil: no old values).
+func (w *memWindow) layoutCall(origin, result []byte, t Layout, o op.Op) error {
 	if err := t.Type.Fits(t.Count, int64(len(w.mem)), int64(t.Disp)); err != nil {
 		return fmt.Errorf("%w: %w", ErrOutOfWindow, err)
 	}
@@ -219,11 +251,11 @@ func TestLayoutFake(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := Layout{Disp: 8, Type: idx, Count: 1} // elements at 8+12, 8+0, 8+4
-	if err := w.AccumulateTo(ctx, datatype.AsBytes([]int32{5, 6, 7}), l, op.Sum); err != nil {
+	if err := w.AccumulateTo(ctx, Contiguous(datatype.AsBytes([]int32{5, 6, 7}), datatype.Int32), l, op.Sum); err != nil {
 		t.Fatal(err)
 	}
 	old := make([]int32, 3)
-	if err := w.GetAccumulateTo(ctx, datatype.AsBytes([]int32{1, 1, 1}), datatype.AsBytes(old), l, op.Sum); err != nil || old[0] != 5 || old[1] != 6 || old[2] != 7 {
+	if err := w.GetAccumulateTo(ctx, Contiguous(datatype.AsBytes([]int32{1, 1, 1}), datatype.Int32), Contiguous(datatype.AsBytes(old), datatype.Int32), l, op.Sum); err != nil || old[0] != 5 || old[1] != 6 || old[2] != 7 {
 		t.Fatalf("GetAccumulateTo old values %v, %v; want [5 6 7]", old, err)
 	}
 	got := make([]int32, 4)

@@ -69,19 +69,26 @@ func (c *Client) OnReply(rank, credit int, reply []byte) {
 	if err != nil && op.err == nil {
 		op.err = err
 	}
+	sink := op.Sink
+	op.pending.Add(-1) // under mu: Abandon sees the reply written and counted, or neither
 	op.mu.Unlock()
-	if err != nil && op.Sink != nil {
-		op.Sink.Set(err)
+	if err != nil && sink != nil {
+		sink.Set(err)
 	}
-	op.pending.Add(-1)
 }
 
 // Abandon detaches op from its caller, who stopped waiting: replies still
-// to come are counted but no longer written to the result buffer.
-func (op *Op) Abandon() {
+// to come are counted but no longer written to the result buffer. It
+// returns false, and changes nothing, if every reply had come: the
+// operation is complete, its result written.
+func (op *Op) Abandon() bool {
 	op.mu.Lock()
+	defer op.mu.Unlock()
+	if op.Done() {
+		return false
+	}
 	op.Result = nil
-	op.mu.Unlock()
+	return true
 }
 
 // Start records that n more requests of op are about to be sent.

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -1203,11 +1204,11 @@ func TestClientLayout(t *testing.T) {
 			}
 			binary.NativeEndian.PutUint64(origin[8*i:], v)
 		}
-		if err := w.AccumulateTo(ctx, origin, l, op.Sum); err != nil {
+		if err := w.AccumulateTo(ctx, rma.Contiguous(origin, dt), l, op.Sum); err != nil {
 			t.Fatalf("%v: AccumulateTo: %v", dt, err)
 		}
 		result := make([]byte, 800)
-		if err := w.GetAccumulateTo(ctx, origin, result, l, op.Sum); err != nil {
+		if err := w.GetAccumulateTo(ctx, rma.Contiguous(origin, dt), rma.Contiguous(result, dt), l, op.Sum); err != nil {
 			t.Fatalf("%v: GetAccumulateTo: %v", dt, err)
 		}
 		mem := fs.mem(0, 4096)
@@ -1228,8 +1229,49 @@ func TestClientLayout(t *testing.T) {
 				t.Fatalf("%v: word %d is %#x, want %#x", dt, i, got, want)
 			}
 		}
-		if err := w.AccumulateTo(ctx, origin[:8], l, op.Sum); !errors.Is(err, rma.ErrInvalid) {
+		if err := w.AccumulateTo(ctx, rma.Contiguous(origin[:8], dt), l, op.Sum); !errors.Is(err, rma.ErrInvalid) {
 			t.Errorf("%v: AccumulateTo with a short origin: %v", dt, err)
 		}
+	}
+}
+
+// PutTo and GetTo with derived datatypes on both sides: the origin's and
+// the result's every other byte, the target's three blocks, one Put or
+// Get per block; mismatched signatures and a layout past the end refused.
+func TestClientPutGetTo(t *testing.T) {
+	fs := newFakeServer(t, 4096)
+	c, _ := fs.client(t, AccessAll, 4096)
+	w := open(t, c)
+	ctx := context.Background()
+	fs.setMem(0, make([]byte, 4096))
+	every2, err := datatype.Vector(6, 1, 2, datatype.Uint8.Type())
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks, err := datatype.Indexed([]int{1, 2, 3}, []int{100, 0, 50}, datatype.Uint8.Type())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := rma.Layout{Disp: 8, Type: blocks, Count: 1}
+	src := []byte{1, 0, 2, 0, 3, 0, 4, 0, 5, 0, 6}
+	if err := w.PutTo(ctx, rma.Buffer{Data: src, Type: every2, Count: 1}, l); err != nil {
+		t.Fatal(err)
+	}
+	mem := fs.mem(0, 4096)
+	want := map[int]byte{108: 1, 8: 2, 9: 3, 58: 4, 59: 5, 60: 6}
+	for i := range 200 {
+		if mem[i] != want[i] {
+			t.Fatalf("byte %d is %d after PutTo, want %d", i, mem[i], want[i])
+		}
+	}
+	res := make([]byte, 11)
+	if err := w.GetTo(ctx, rma.Buffer{Data: res, Type: every2, Count: 1}, l); err != nil || !bytes.Equal(res, src) {
+		t.Fatalf("GetTo: %v, %v; want %v", res, err, src)
+	}
+	if err := w.PutTo(ctx, rma.Contiguous(src[:5], datatype.Uint8), l); !errors.Is(err, rma.ErrInvalid) {
+		t.Errorf("PutTo of 5 bytes into 6: %v, want ErrInvalid", err)
+	}
+	if err := w.GetTo(ctx, rma.Contiguous(res[:6], datatype.Uint8), rma.Layout{Disp: 4000, Type: blocks, Count: 1}); !errors.Is(err, rma.ErrOutOfWindow) {
+		t.Errorf("GetTo past the end: %v, want ErrOutOfWindow", err)
 	}
 }

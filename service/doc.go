@@ -74,8 +74,9 @@
 // of a group rank's engine (package fallback: its wire format, checks and
 // refusals). So the calls on one element with one datatype are atomic with
 // each other, from any client (never against the server process's own CPU
-// updates of the same words). AccumulateTo and GetAccumulateTo take a
-// derived target layout (rma.Layout), as a group window's do. An engine
+// updates of the same words). PutTo, GetTo, AccumulateTo and
+// GetAccumulateTo take derived datatypes on origin and result (rma.Buffer)
+// and target (rma.Layout), as a group window's do. An engine
 // message carries up to 472 bytes of origin (192 bytes of old values for
 // the fetching forms); longer calls and layouts are split as package
 // fallback splits a group window's, each element still updated atomically, and a client that
@@ -147,9 +148,7 @@
 //
 // A device without type 2 memory windows cannot serve (Listen fails with
 // verbs.ErrNotSupported): there is no protection domain per client in
-// their place. Derived datatypes are taken at the target only
-// (AccumulateTo, GetAccumulateTo; origins and results are packed), there
-// is no unexposing a window while clients use it, and only the calls that
+// their place. There is no unexposing a window while clients use it, and only the calls that
 // are one work request or one small engine message run many at once on
 // one Client (see Dial; the others run one at a time, a Lock waiting for
 // the server excepted). Listen needs a specific IP address, not 0.0.0.0.

@@ -7,32 +7,101 @@ import (
 	"github.com/onesided/rma"
 	"github.com/onesided/rma/atomics"
 	"github.com/onesided/rma/fallback"
+	"github.com/onesided/rma/internal/core"
 	"github.com/onesided/rma/op"
 )
 
-// AccumulateTo is Accumulate into a derived target layout (MPI_Accumulate
-// with a target datatype): origin holds the t.Count x t.Type.Count()
-// elements of t.Type's basic datatype, packed in type-map order, and each
-// target element of the layout becomes target o origin. The layout must
-// lie in the window and its elements must not overlap. It is routed as
+// Calls with datatypes (the rma.Window contract's PutTo, GetTo,
+// AccumulateTo and GetAccumulateTo): origin and result are checked against
+// the target layout as on a group window (core.CheckData) and packed in
+// type-map order; the layout must lie in the window.
+
+// PutTo is Put with datatypes (MPI_Put): origin's elements are written, in
+// type-map order, to the layout t, whose elements must not overlap; one
+// Put per contiguous block of t.
+func (w *Window) PutTo(ctx context.Context, origin rma.Buffer, t rma.Layout) error {
+	empty, err := core.CheckData("origin", origin, t.Type, t.Count)
+	if err != nil {
+		return err
+	}
+	if err := fallback.Check(fallback.KindAccumulate, op.Replace, t.Type, t.Count, int64(t.Disp), int64(w.size)); err != nil {
+		return err
+	}
+	if empty {
+		return nil
+	}
+	data, esz := core.Packed(origin), t.Type.Basic().Size()
+	t.Type.ForEachBlock(t.Count, func(off int64, n int) bool {
+		err = w.Put(ctx, data[:n*esz], t.Disp+int(off))
+		data = data[n*esz:]
+		return err == nil
+	})
+	return err
+}
+
+// GetTo is Get with datatypes (MPI_Get): the layout t's elements are read
+// into result, in type-map order; one Get per contiguous block of t.
+func (w *Window) GetTo(ctx context.Context, result rma.Buffer, t rma.Layout) error {
+	empty, err := core.CheckData("result", result, t.Type, t.Count)
+	if err != nil {
+		return err
+	}
+	if err := fallback.Check(fallback.KindGetAccumulate, op.NoOp, t.Type, t.Count, int64(t.Disp), int64(w.size)); err != nil {
+		return err
+	}
+	if empty {
+		return nil
+	}
+	packed, place := core.Unpacked(result)
+	data, esz := packed, t.Type.Basic().Size()
+	t.Type.ForEachBlock(t.Count, func(off int64, n int) bool {
+		err = w.Get(ctx, data[:n*esz], t.Disp+int(off))
+		data = data[n*esz:]
+		return err == nil
+	})
+	if err != nil {
+		return err
+	}
+	return place()
+}
+
+// AccumulateTo is Accumulate with datatypes (MPI_Accumulate): each element
+// of the layout t becomes target o origin, origin's elements taken in
+// type-map order. The layout's elements must not overlap. It is routed as
 // Accumulate: a NIC route one element at a time (each 8-byte aligned),
 // the engine in messages of whole elements (the layout split as package
 // fallback splits a group window's).
-func (w *Window) AccumulateTo(ctx context.Context, origin []byte, t rma.Layout, o op.Op) error {
+func (w *Window) AccumulateTo(ctx context.Context, origin rma.Buffer, t rma.Layout, o op.Op) error {
+	if _, err := core.CheckData("origin", origin, t.Type, t.Count); err != nil {
+		return err
+	}
 	c := w.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return w.layoutCall(ctx, fallback.KindAccumulate, origin, nil, t, o)
+	return w.layoutCall(ctx, fallback.KindAccumulate, core.Packed(origin), nil, t, o)
 }
 
-// GetAccumulateTo is GetAccumulate with a derived target layout: result
-// receives the old values of the layout's elements packed in type-map
-// order; origin holds as many elements (none for NO_OP).
-func (w *Window) GetAccumulateTo(ctx context.Context, origin, result []byte, t rma.Layout, o op.Op) error {
+// GetAccumulateTo is GetAccumulate with datatypes: result receives the old
+// values of the layout's elements, in type-map order; origin holds as many
+// elements (none for NO_OP: rma.Buffer{}).
+func (w *Window) GetAccumulateTo(ctx context.Context, origin, result rma.Buffer, t rma.Layout, o op.Op) error {
+	if o != op.NoOp {
+		if _, err := core.CheckData("origin", origin, t.Type, t.Count); err != nil {
+			return err
+		}
+	}
+	if _, err := core.CheckData("result", result, t.Type, t.Count); err != nil {
+		return err
+	}
+	packed, place := core.Unpacked(result)
 	c := w.c
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	return w.layoutCall(ctx, fallback.KindGetAccumulate, origin, result, t, o)
+	err := w.layoutCall(ctx, fallback.KindGetAccumulate, core.Packed(origin), packed, t, o)
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return place()
 }
 
 // layoutCall is AccumulateTo (result nil) or GetAccumulateTo; c.mu is

@@ -96,13 +96,27 @@ func contractChecks(ctx context.Context, w rma.Window, base, size int) error {
 		is(fmt.Sprintf("FetchAndOp(SUM, %v) into 4 bytes", dt), w.FetchAndOp(ctx, b8, r8[:4], dt, base, op.Sum), rma.ErrInvalid)
 	}
 	is("CompareAndSwap(int64) with a 4-byte compare", w.CompareAndSwap(ctx, b8, b8[:4], r8, i64, base), rma.ErrInvalid)
-	// A layout whose base type is not the origin's datatype's size apart.
+	// Datatypes: signatures that differ, a buffer too short for its
+	// datatype, a result whose entries overlap, a layout past the end.
 	vec, err := datatype.Vector(2, 1, 2, datatype.Int64.Type())
 	if err != nil {
 		return err
 	}
-	is("AccumulateTo of 12 bytes into 2 int64", w.AccumulateTo(ctx, make([]byte, 12), rma.Layout{Disp: base, Type: vec, Count: 1}, op.Sum), rma.ErrInvalid)
-	is("AccumulateTo past the end", w.AccumulateTo(ctx, r16, rma.Layout{Disp: size - 16, Type: vec, Count: 1}, op.Sum), rma.ErrOutOfWindow)
+	zero, err := datatype.Resized(datatype.Int64.Type(), 0, 0) // every instance at one place
+	if err != nil {
+		return err
+	}
+	l2 := rma.Layout{Disp: base, Type: vec, Count: 1}
+	is("AccumulateTo of 3 int32 into 2 int64", w.AccumulateTo(ctx, rma.Contiguous(make([]byte, 12), i32), l2, op.Sum), rma.ErrInvalid)
+	is("AccumulateTo of 1 int64 into 2", w.AccumulateTo(ctx, rma.Contiguous(b8, i64), l2, op.Sum), rma.ErrInvalid)
+	is("PutTo of 2 float64 into 2 int64", w.PutTo(ctx, rma.Contiguous(r16, f64), l2), rma.ErrInvalid)
+	is("PutTo of 2 int64 from 8 bytes", w.PutTo(ctx, rma.Buffer{Data: b8, Type: i64.Type(), Count: 2}, l2), rma.ErrInvalid)
+	is("GetTo into 2 int64 at one place", w.GetTo(ctx, rma.Buffer{Data: r16, Type: zero, Count: 2}, l2), rma.ErrInvalid)
+	is("GetAccumulateTo into 2 int64 at one place", w.GetAccumulateTo(ctx, rma.Contiguous(r16, i64), rma.Buffer{Data: r16, Type: zero, Count: 2}, l2, op.Sum), rma.ErrInvalid)
+	past := rma.Layout{Disp: size - 16, Type: vec, Count: 1}
+	is("AccumulateTo past the end", w.AccumulateTo(ctx, rma.Contiguous(r16, i64), past, op.Sum), rma.ErrOutOfWindow)
+	is("PutTo past the end", w.PutTo(ctx, rma.Contiguous(r16, i64), past), rma.ErrOutOfWindow)
+	is("GetTo past the end", w.GetTo(ctx, rma.Contiguous(r16, i64), past), rma.ErrOutOfWindow)
 
 	// Nothing refused changed the window, and it works.
 	got := make([]byte, contractCheckBytes)

@@ -24,7 +24,8 @@ import (
 // window's view of another rank (TestContractGroup) and a service window
 // (TestContractService): every call by one goroutine (contractCalls),
 // the calls refused whatever the mode (contractChecks), then many
-// goroutines sharing the window (contractShared).
+// goroutines sharing the window (contractShared), and the request forms'
+// rules (contractRequests).
 
 func init() {
 	workers["contract"] = workContract
@@ -120,11 +121,11 @@ func contractCalls(ctx context.Context, w rma.Window, base int) error {
 				binary.NativeEndian.PutUint64(add[8*i:], 10)
 			}
 		}
-		if err := w.AccumulateTo(ctx, in, l, op.Sum); err != nil {
+		if err := w.AccumulateTo(ctx, rma.Contiguous(in, c.dt), l, op.Sum); err != nil {
 			return fmt.Errorf("AccumulateTo(SUM, indexed %s): %w", c.name, err)
 		}
 		old := make([]byte, 48)
-		if err := w.GetAccumulateTo(ctx, add, old, l, op.Sum); err != nil {
+		if err := w.GetAccumulateTo(ctx, rma.Contiguous(add, c.dt), rma.Contiguous(old, c.dt), l, op.Sum); err != nil {
 			return fmt.Errorf("GetAccumulateTo(SUM, indexed %s): %w", c.name, err)
 		}
 		if string(old) != string(in) {
@@ -156,12 +157,15 @@ func contractCalls(ctx context.Context, w rma.Window, base int) error {
 	for i := range in {
 		in[i] = float64(i) + 0.5
 	}
-	if err := w.AccumulateTo(ctx, datatype.AsBytes(in), l, op.Sum); err != nil {
+	if err := w.AccumulateTo(ctx, rma.Contiguous(datatype.AsBytes(in), datatype.Float64), l, op.Sum); err != nil {
 		return fmt.Errorf("AccumulateTo(SUM, vector of 40 float64): %w", err)
 	}
 	olds := make([]float64, 40)
-	if err := w.GetAccumulateTo(ctx, nil, datatype.AsBytes(olds), l, op.NoOp); err != nil || !equalF64(olds, in) {
+	if err := w.GetAccumulateTo(ctx, rma.Buffer{}, rma.Contiguous(datatype.AsBytes(olds), datatype.Float64), l, op.NoOp); err != nil || !equalF64(olds, in) {
 		return fmt.Errorf("GetAccumulateTo(NO_OP, vector of 40 float64): %v, %v; want %v", olds, err, in)
+	}
+	if err := contractDatatypes(ctx, w, base+128); err != nil {
+		return err
 	}
 	// The request forms.
 	pat := svcPattern(64, base)
@@ -216,6 +220,83 @@ func contractCalls(ctx context.Context, w rma.Window, base int) error {
 	}
 	if err := w.Unlock(ctx); !errors.Is(err, rma.ErrEpoch) {
 		return fmt.Errorf("Unlock without the lock: %v, want rma.ErrEpoch", err)
+	}
+	return nil
+}
+
+// contractDatatypes checks PutTo, GetTo, AccumulateTo and GetAccumulateTo
+// with datatypes on origin, result and target, on int64 (the NIC's) and
+// float64 (the engine's), in w's bytes base to base+128: the origin and
+// result take every other element of 8, the target two blocks of two
+// elements, the second block first in memory.
+func contractDatatypes(ctx context.Context, w rma.Window, base int) error {
+	for i, dt := range []datatype.Basic{datatype.Int64, datatype.Float64} {
+		every2, err := datatype.Vector(4, 1, 2, dt.Type())
+		if err != nil {
+			return err
+		}
+		blocks, err := datatype.Indexed([]int{2, 2}, []int{3, 0}, dt.Type()) // words 3, 4, then 0, 1
+		if err != nil {
+			return err
+		}
+		l := rma.Layout{Disp: base + 64*i, Type: blocks, Count: 1}
+		val := func(v float64) uint64 {
+			if dt == datatype.Float64 {
+				return math.Float64bits(v)
+			}
+			return uint64(int64(v))
+		}
+		src := make([]byte, 64) // 1, 2, 3, 4 at even indices, -1 at odd
+		for k := range 8 {
+			v := -1.0
+			if k%2 == 0 {
+				v = float64(k/2 + 1)
+			}
+			binary.NativeEndian.PutUint64(src[8*k:], val(v))
+		}
+		origin := rma.Buffer{Data: src, Type: every2, Count: 1}
+		// words: what the target's five words must hold, by element value.
+		words := func(scale float64) []byte {
+			m := make([]byte, 40)
+			for k, at := range []int{3, 4, 0, 1} {
+				binary.NativeEndian.PutUint64(m[8*at:], val(scale*float64(k+1)))
+			}
+			return m
+		}
+		result := func(scale float64) []byte {
+			m := make([]byte, 64)
+			for k := range 4 {
+				binary.NativeEndian.PutUint64(m[16*k:], val(scale*float64(k+1)))
+			}
+			return m
+		}
+		mem := make([]byte, 40)
+		if err := w.Put(ctx, mem, l.Disp); err != nil {
+			return err
+		}
+		if err := w.PutTo(ctx, origin, l); err != nil {
+			return fmt.Errorf("PutTo(%v): %w", dt, err)
+		}
+		if err := w.Flush(ctx); err != nil {
+			return err
+		}
+		if err := w.Get(ctx, mem, l.Disp); err != nil || string(mem) != string(words(1)) {
+			return fmt.Errorf("after PutTo(%v) of every other element into two blocks: %x, %v; want %x", dt, mem, err, words(1))
+		}
+		res := make([]byte, 64)
+		if err := w.GetTo(ctx, rma.Buffer{Data: res, Type: every2, Count: 1}, l); err != nil || string(res) != string(result(1)) {
+			return fmt.Errorf("GetTo(%v) into every other element: %x, %v; want %x", dt, res, err, result(1))
+		}
+		if err := w.AccumulateTo(ctx, origin, l, op.Sum); err != nil {
+			return fmt.Errorf("AccumulateTo(SUM, %v): %w", dt, err)
+		}
+		clear(res)
+		if err := w.GetAccumulateTo(ctx, origin, rma.Buffer{Data: res, Type: every2, Count: 1}, l, op.Sum); err != nil || string(res) != string(result(2)) {
+			return fmt.Errorf("GetAccumulateTo(SUM, %v) into every other element: %x, %v; want %x", dt, res, err, result(2))
+		}
+		if err := w.Get(ctx, mem, l.Disp); err != nil || string(mem) != string(words(3)) {
+			return fmt.Errorf("after AccumulateTo and GetAccumulateTo(SUM, %v): %x, %v; want %x", dt, mem, err, words(3))
+		}
 	}
 	return nil
 }
@@ -339,7 +420,7 @@ func contractShared(ctx context.Context, w rma.Window, base int) error {
 // workContract (2 ranks): each rank runs contractCalls on the other's
 // window through win.Window.Target.
 func workContract(ctx context.Context, g *group.Group) error {
-	const size = 2*contractBytes + 2*contractSharedBytes + 2*contractCheckBytes
+	const size = 2*contractBytes + 2*contractSharedBytes + 2*contractCheckBytes + 2*contractRequestBytes
 	w, err := win.Allocate(ctx, g, size, 1)
 	if err != nil {
 		return err
@@ -349,6 +430,9 @@ func workContract(ctx context.Context, g *group.Group) error {
 		return fmt.Errorf("on rank %d's window: %w", 1-me, err)
 	}
 	if err := contractChecks(ctx, w.Target(1-me), size-contractCheckBytes*(1+me), size); err != nil {
+		return fmt.Errorf("on rank %d's window: %w", 1-me, err)
+	}
+	if err := contractRequests(ctx, w.Target(1-me), 2*contractBytes+2*contractSharedBytes+contractRequestBytes*me); err != nil {
 		return fmt.Errorf("on rank %d's window: %w", 1-me, err)
 	}
 	if err := contractShared(ctx, w.Target(1-me), 2*contractBytes+contractSharedBytes*me); err != nil {
@@ -392,6 +476,9 @@ func svcContract(ctx context.Context, addr string) error {
 		return err
 	}
 	if err := contractShared(ctx, beta, 0); err != nil {
+		return err
+	}
+	if err := contractRequests(ctx, beta, svcBeta-contractRequestBytes); err != nil {
 		return err
 	}
 	fmt.Println("contract=ok")

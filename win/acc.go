@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/onesided/rma"
 	"github.com/onesided/rma/atomics"
 	"github.com/onesided/rma/datatype"
 	"github.com/onesided/rma/fallback"
@@ -14,18 +15,13 @@ import (
 	"github.com/onesided/rma/op"
 )
 
-// Buffer is origin or result memory described by an MPI datatype: Count
-// instances of Type, the first starting at Data[0] (plus Type's lower bound).
-type Buffer struct {
-	Data  []byte        // the memory; the elements Type selects must lie in it
-	Type  datatype.Type // the layout of one instance
-	Count int           // the number of instances, each Type.Extent() bytes after the previous
-}
+// Buffer is origin or result memory described by an MPI datatype
+// (rma.Buffer).
+type Buffer = rma.Buffer
 
-// Contiguous describes b as len(b)/dt.Size() consecutive elements of dt.
-func Contiguous(b []byte, dt datatype.Basic) Buffer {
-	return Buffer{Data: b, Type: dt.Type(), Count: len(b) / max(dt.Size(), 1)}
-}
+// Contiguous describes b as len(b)/dt.Size() consecutive elements of dt
+// (rma.Contiguous).
+func Contiguous(b []byte, dt datatype.Basic) Buffer { return rma.Contiguous(b, dt) }
 
 // Region is where an operation lands: Count instances of Type at
 // displacement Disp (in the target's displacement units) of rank Rank's window.
@@ -46,7 +42,7 @@ func (w *Window) Accumulate(ctx context.Context, origin []byte, dt datatype.Basi
 	if err != nil {
 		return err
 	}
-	return w.AccumulateTo(ctx, Buffer{origin, dt.Type(), n}, Region{Rank: target, Disp: disp, Type: dt.Type(), Count: n}, o)
+	return w.AccumulateTo(ctx, Buffer{Data: origin, Type: dt.Type(), Count: n}, Region{Rank: target, Disp: disp, Type: dt.Type(), Count: n}, o)
 }
 
 // GetAccumulate is Accumulate that also returns the target's old contents
@@ -62,7 +58,7 @@ func (w *Window) GetAccumulate(ctx context.Context, origin, result []byte, dt da
 	if o != op.NoOp && len(origin) != len(result) {
 		return fmt.Errorf("%w: GetAccumulate of %d origin bytes into %d result bytes", ErrInvalid, len(origin), len(result))
 	}
-	return w.GetAccumulateTo(ctx, Buffer{origin, dt.Type(), n}, Buffer{result, dt.Type(), n},
+	return w.GetAccumulateTo(ctx, Buffer{Data: origin, Type: dt.Type(), Count: n}, Buffer{Data: result, Type: dt.Type(), Count: n},
 		Region{Rank: target, Disp: disp, Type: dt.Type(), Count: n}, o)
 }
 
@@ -210,26 +206,6 @@ func (w *Window) check(ctx context.Context, o op.Op, use op.Use, origin, result 
 	return basic, d, nil
 }
 
-// packed returns the buffer's elements contiguous: Data itself when the
-// layout already is, else a packed copy.
-func packed(b Buffer) []byte {
-	n := int64(b.Count) * b.Type.Size()
-	if b.Data == nil || !b.Type.Valid() {
-		return nil // NO_OP: no origin data
-	}
-	if b.Type.IsContiguous() && b.Type.TrueLB() == 0 {
-		return b.Data[:n]
-	}
-	if b.Count == 0 {
-		return nil
-	}
-	out, err := datatype.AppendPack(make([]byte, 0, n), b.Data, b.Count, b.Type)
-	if err != nil {
-		return nil
-	}
-	return out
-}
-
 var opPool = sync.Pool{New: func() any { return new(fallback.Op) }}
 
 // fetching runs a GetAccumulate (also FetchAndOp) and waits for its result.
@@ -276,7 +252,7 @@ func (w *Window) finish(ctx context.Context, rank int, fop *fallback.Op, err err
 
 // send cuts the operation into active messages and sends them.
 func (w *Window) send(ctx context.Context, kind fallback.Kind, o op.Op, basic datatype.Basic, origin Buffer, t Region, d dest, fop *fallback.Op) error {
-	data := packed(origin)
+	data := core.Packed(origin)
 	if origin.Count > 0 && data == nil && o != op.NoOp {
 		return fmt.Errorf("%w: cannot pack the origin buffer", ErrInvalid)
 	}
@@ -366,7 +342,7 @@ func (w *Window) nicAccumulate(ctx context.Context, o op.Op, basic datatype.Basi
 	if err := w.ordered(ctx, t.Rank); err != nil {
 		return err
 	}
-	src := packed(origin)
+	src := core.Packed(origin)
 	if n := t.Count * t.Type.Count(); n > 1 && (route == atomics.NICFetchAdd || route == atomics.NICRead) {
 		return w.nicWords(ctx, route == atomics.NICFetchAdd, src, result, t, d, n)
 	}

@@ -221,7 +221,10 @@ func (r *Request) abandon(err error) {
 			return
 		}
 	case reqFetch:
-		r.fop.Abandon() // replies still to come are counted, not written
+		if !r.fop.Abandon() { // replies still to come are counted, not written
+			r.finishLocked() // every reply had come: keep the result
+			return
+		}
 		r.fop = nil
 	}
 	r.err = err

@@ -8,6 +8,7 @@ import (
 	"github.com/onesided/rma/atomics"
 	"github.com/onesided/rma/datatype"
 	"github.com/onesided/rma/fallback"
+	"github.com/onesided/rma/internal/core"
 	"github.com/onesided/rma/internal/fabric"
 	"github.com/onesided/rma/op"
 )
@@ -135,7 +136,7 @@ func (w *Window) FetchAndOp(ctx context.Context, origin, result []byte, dt datat
 		if err != nil {
 			return err
 		}
-		return w.fetching(ctx, o, Buffer{ob, dt.Type(), 1}, Buffer{result, dt.Type(), 1}, t, d)
+		return w.fetching(ctx, o, Buffer{Data: ob, Type: dt.Type(), Count: 1}, Buffer{Data: result, Type: dt.Type(), Count: 1}, t, d)
 	}
 	addr, rkey, err := w.atomicAddress(ctx, target, disp)
 	if err != nil {
@@ -208,33 +209,9 @@ func (w *Window) atomicAddress(ctx context.Context, target, disp int) (uint64, u
 func load64(b []byte) uint64     { return binary.NativeEndian.Uint64(b) }
 func store64(b []byte, v uint64) { binary.NativeEndian.PutUint64(b, v) }
 
-// checkData validates the origin or result side of a Put or Get with
-// datatypes against the target side. It reports whether the call moves no
-// data (empty signatures match whatever they are built from).
+// checkData is core.CheckData for a Region.
 func checkData(name string, b *Buffer, t *Region) (empty bool, err error) {
-	if !t.Type.Valid() || !b.Type.Valid() {
-		return false, fmt.Errorf("%w: %s or target datatype is invalid", ErrInvalid, name)
-	}
-	if b.Count < 0 || t.Count < 0 {
-		return false, fmt.Errorf("%w: negative count (%s %d, target %d)", ErrInvalid, name, b.Count, t.Count)
-	}
-	bempty, tempty := b.Count == 0 || b.Type.Size() == 0, t.Count == 0 || t.Type.Size() == 0
-	if bempty && tempty {
-		return true, nil
-	}
-	if bempty != tempty || b.Type.Basic() != t.Type.Basic() || !datatype.SameSignature(b.Count, b.Type, t.Count, t.Type) {
-		return false, fmt.Errorf("%w: %s has %d x %v, the target %d x %v: type signatures differ",
-			ErrInvalid, name, b.Count, b.Type, t.Count, t.Type)
-	}
-	if err := b.Type.Fits(b.Count, int64(len(b.Data)), 0); err != nil {
-		return false, fmt.Errorf("%w: %s buffer of %d bytes: %w", ErrInvalid, name, len(b.Data), err)
-	}
-	// A result buffer receives: its entries must not overlap (MPI-4.1 5.1).
-	if name == "result" && b.Type.OverlapsN(b.Count) {
-		return false, fmt.Errorf("%w: the result datatype %d x %v overlaps itself: a receive buffer's entries may not",
-			ErrInvalid, b.Count, b.Type)
-	}
-	return false, nil
+	return core.CheckData(name, *b, t.Type, t.Count)
 }
 
 // PutTo is Put with datatypes at origin and target (MPI_Put): the origin's
@@ -256,7 +233,7 @@ func (w *Window) PutTo(ctx context.Context, origin Buffer, t Region) error {
 	if w.packs(t, putEngineBlock) && !t.Type.OverlapsN(t.Count) {
 		return w.send(ctx, fallback.KindAccumulate, op.Replace, t.Type.Basic(), origin, t, d, &w.async[t.Rank])
 	}
-	data := packed(origin)
+	data := core.Packed(origin)
 	pos := int64(0)
 	esz := int64(t.Type.Basic().Size())
 	t.Type.ForEachBlock(t.Count, func(off int64, n int) bool {

@@ -52,33 +52,29 @@ func (t *Target) GetAccumulate(ctx context.Context, origin, result []byte, dt da
 	return t.w.GetAccumulate(ctx, origin, result, dt, t.rank, disp, o)
 }
 
-// AccumulateTo is Window.AccumulateTo to the target's layout t, origin
-// holding its elements packed.
-func (t *Target) AccumulateTo(ctx context.Context, origin []byte, l rma.Layout, o op.Op) error {
-	n, err := layoutElements(l)
-	if err != nil {
-		return err
-	}
-	return t.w.AccumulateTo(ctx, Buffer{origin, l.Type.Basic().Type(), n}, Region{Rank: t.rank, Disp: l.Disp, Type: l.Type, Count: l.Count}, o)
+// PutTo is Window.PutTo to the target's layout l.
+func (t *Target) PutTo(ctx context.Context, origin Buffer, l rma.Layout) error {
+	return t.w.PutTo(ctx, origin, t.region(l))
 }
 
-// GetAccumulateTo is Window.GetAccumulateTo to the target's layout t,
-// origin and result holding its elements packed.
-func (t *Target) GetAccumulateTo(ctx context.Context, origin, result []byte, l rma.Layout, o op.Op) error {
-	n, err := layoutElements(l)
-	if err != nil {
-		return err
-	}
-	b := l.Type.Basic().Type()
-	return t.w.GetAccumulateTo(ctx, Buffer{origin, b, n}, Buffer{result, b, n}, Region{Rank: t.rank, Disp: l.Disp, Type: l.Type, Count: l.Count}, o)
+// GetTo is Window.GetTo from the target's layout l.
+func (t *Target) GetTo(ctx context.Context, result Buffer, l rma.Layout) error {
+	return t.w.GetTo(ctx, result, t.region(l))
 }
 
-// layoutElements is the number of elements of l.
-func layoutElements(l rma.Layout) (int, error) {
-	if !l.Type.Valid() || l.Count < 0 {
-		return 0, fmt.Errorf("%w: target layout of %d x %v", ErrInvalid, l.Count, l.Type)
-	}
-	return l.Count * l.Type.Count(), nil
+// AccumulateTo is Window.AccumulateTo to the target's layout l.
+func (t *Target) AccumulateTo(ctx context.Context, origin Buffer, l rma.Layout, o op.Op) error {
+	return t.w.AccumulateTo(ctx, origin, t.region(l), o)
+}
+
+// GetAccumulateTo is Window.GetAccumulateTo to the target's layout l.
+func (t *Target) GetAccumulateTo(ctx context.Context, origin, result Buffer, l rma.Layout, o op.Op) error {
+	return t.w.GetAccumulateTo(ctx, origin, result, t.region(l), o)
+}
+
+// region is the target's layout l as a Region.
+func (t *Target) region(l rma.Layout) Region {
+	return Region{Rank: t.rank, Disp: l.Disp, Type: l.Type, Count: l.Count}
 }
 
 // FetchAndOp is Window.FetchAndOp to the target.
@@ -117,7 +113,7 @@ func (t *Target) RAccumulate(ctx context.Context, origin []byte, dt datatype.Bas
 	if err != nil {
 		return nil, err
 	}
-	return request(t.w.RAccumulate(ctx, Buffer{origin, dt.Type(), n}, Region{Rank: t.rank, Disp: disp, Type: dt.Type(), Count: n}, o))
+	return request(t.w.RAccumulate(ctx, Buffer{Data: origin, Type: dt.Type(), Count: n}, Region{Rank: t.rank, Disp: disp, Type: dt.Type(), Count: n}, o))
 }
 
 // RGetAccumulate is Window.RGetAccumulate to the target, on len(result)
@@ -130,7 +126,7 @@ func (t *Target) RGetAccumulate(ctx context.Context, origin, result []byte, dt d
 	if o != op.NoOp && len(origin) != len(result) {
 		return nil, fmt.Errorf("%w: RGetAccumulate of %d origin bytes into %d result bytes", ErrInvalid, len(origin), len(result))
 	}
-	return request(t.w.RGetAccumulate(ctx, Buffer{origin, dt.Type(), n}, Buffer{result, dt.Type(), n},
+	return request(t.w.RGetAccumulate(ctx, Buffer{Data: origin, Type: dt.Type(), Count: n}, Buffer{Data: result, Type: dt.Type(), Count: n},
 		Region{Rank: t.rank, Disp: disp, Type: dt.Type(), Count: n}, o))
 }
 

@@ -1,7 +1,6 @@
 package win
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"sync/atomic"
@@ -24,26 +23,6 @@ func TestElements(t *testing.T) {
 	}
 	if b := Contiguous(make([]byte, 16), datatype.Int32); b.Count != 4 || b.Type.Basic() != datatype.Int32 {
 		t.Fatalf("Contiguous: %+v", b)
-	}
-}
-
-func TestPacked(t *testing.T) {
-	src := []byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}
-	// contiguous: the data itself, no copy
-	b := Buffer{Data: src, Type: datatype.Uint8.Type(), Count: 4}
-	if p := packed(b); &p[0] != &src[0] || len(p) != 4 {
-		t.Fatalf("contiguous buffer copied or cut wrong: %v", p)
-	}
-	// every third byte
-	vec, err := datatype.Vector(3, 1, 3, datatype.Uint8.Type())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p := packed(Buffer{Data: src, Type: vec, Count: 1}); !bytes.Equal(p, []byte{0, 3, 6}) {
-		t.Fatalf("vector packed to %v, want [0 3 6]", p)
-	}
-	if p := packed(Buffer{Type: datatype.Uint8.Type(), Count: 1}); p != nil {
-		t.Fatalf("no data (NO_OP) packed to %v", p)
 	}
 }
 
