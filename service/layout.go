@@ -30,13 +30,7 @@ func (w *Window) PutTo(ctx context.Context, origin rma.Buffer, t rma.Layout) err
 	if empty {
 		return nil
 	}
-	data, esz := core.Packed(origin), t.Type.Basic().Size()
-	t.Type.ForEachBlock(t.Count, func(off int64, n int) bool {
-		err = w.Put(ctx, data[:n*esz], t.Disp+int(off))
-		data = data[n*esz:]
-		return err == nil
-	})
-	return err
+	return forBlocks(t, core.Packed(origin), func(b []byte, disp int) error { return w.Put(ctx, b, disp) })
 }
 
 // GetTo is Get with datatypes (MPI_Get): the layout t's elements are read
@@ -53,16 +47,24 @@ func (w *Window) GetTo(ctx context.Context, result rma.Buffer, t rma.Layout) err
 		return nil
 	}
 	packed, place := core.Unpacked(result)
-	data, esz := packed, t.Type.Basic().Size()
-	t.Type.ForEachBlock(t.Count, func(off int64, n int) bool {
-		err = w.Get(ctx, data[:n*esz], t.Disp+int(off))
-		data = data[n*esz:]
-		return err == nil
-	})
-	if err != nil {
+	if err := forBlocks(t, packed, func(b []byte, disp int) error { return w.Get(ctx, b, disp) }); err != nil {
 		return err
 	}
 	return place()
+}
+
+// forBlocks calls fn for each contiguous block of the layout t, in
+// type-map order, with the block's part of data (t's elements packed) and
+// its displacement; it stops at fn's first error.
+func forBlocks(t rma.Layout, data []byte, fn func(b []byte, disp int) error) error {
+	esz := t.Type.Basic().Size()
+	var err error
+	t.Type.ForEachBlock(t.Count, func(off int64, n int) bool {
+		err = fn(data[:n*esz], t.Disp+int(off))
+		data = data[n*esz:]
+		return err == nil
+	})
+	return err
 }
 
 // AccumulateTo is Accumulate with datatypes (MPI_Accumulate): each element
