@@ -26,62 +26,6 @@ func TestElements(t *testing.T) {
 	}
 }
 
-func TestCheckData(t *testing.T) {
-	f64, i64 := datatype.Float64.Type(), datatype.Int64.Type()
-	r := Region{Type: f64, Count: 2}
-	if empty, err := checkData("origin", &Buffer{Data: make([]byte, 16), Type: f64, Count: 2}, &r); err != nil || empty {
-		t.Fatal(empty, err)
-	}
-	for name, b := range map[string]Buffer{
-		"other basic type": {Data: make([]byte, 16), Type: i64, Count: 2},
-		"other signature":  {Data: make([]byte, 24), Type: f64, Count: 3},
-		"short buffer":     {Data: make([]byte, 8), Type: f64, Count: 2},
-		"empty origin":     {Type: f64, Count: 0},
-		"negative count":   {Type: f64, Count: -1},
-	} {
-		if _, err := checkData("origin", &b, &r); !errors.Is(err, ErrInvalid) {
-			t.Errorf("%s: %v, want ErrInvalid", name, err)
-		}
-	}
-	// A result buffer receives: its entries may not overlap.
-	overlap, err := datatype.Indexed([]int{1, 1}, []int{0, 0}, f64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	zeroExtent, err := datatype.Resized(f64, 0, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, b := range map[string]Buffer{
-		"indexed, both blocks at 0": {Data: make([]byte, 16), Type: overlap, Count: 1},
-		"2 x extent 0":              {Data: make([]byte, 16), Type: zeroExtent, Count: 2},
-	} {
-		if _, err := checkData("result", &b, &r); !errors.Is(err, ErrInvalid) {
-			t.Errorf("result %s: %v, want ErrInvalid", name, err)
-		}
-		if _, err := checkData("origin", &b, &r); err != nil {
-			t.Errorf("origin %s: %v; a send buffer may overlap", name, err)
-		}
-	}
-	// Empty signatures match whatever they are built from (MPI 3.3.1).
-	zero, err := datatype.Contiguous(0, datatype.Int32.Type())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, c := range map[string]struct {
-		b Buffer
-		r Region
-	}{
-		"zero counts, other types": {Buffer{Type: i64, Count: 0}, Region{Type: f64, Count: 0}},
-		"1 x contiguous(0), nil":   {Buffer{Type: zero, Count: 1}, Region{Type: f64, Count: 0}},
-		"zero count vs empty type": {Buffer{Type: f64, Count: 0}, Region{Type: zero, Count: 5}},
-	} {
-		if empty, err := checkData("origin", &c.b, &c.r); err != nil || !empty {
-			t.Errorf("%s: empty %v, err %v; want an empty call", name, empty, err)
-		}
-	}
-}
-
 func TestFlavorString(t *testing.T) {
 	for f, want := range map[Flavor]string{FlavorAllocate: "allocate", FlavorCreate: "create", FlavorDynamic: "dynamic", Flavor(99): "Flavor(99)", Flavor(-1): "Flavor(-1)"} {
 		if got := f.String(); got != want {
