@@ -39,9 +39,11 @@ type Client struct {
 	qp clientQP
 	mr clientMR
 	// The 8 bytes the server's probes READ (and nothing else the server
-	// can reach).
-	probe   []byte
-	probeMR *verbs.MR
+	// can reach), and where and with what key (sent in msgAuth).
+	probe     []byte
+	probeMR   *verbs.MR
+	probeAddr uint64
+	probeKey  uint32
 
 	atomics bool  // the NIC atomics are used: both devices have them and they passed the probe
 	noNIC   error // why they are not (NICAtomics)
@@ -185,6 +187,7 @@ func Dial(ctx context.Context, addr string, cfg ClientConfig) (c *Client, err er
 	if c.probeMR, err = c.pd.RegisterMR(c.probe[:8], verbs.AccessRemoteRead); err != nil {
 		return nil, err
 	}
+	c.probeAddr, c.probeKey = c.probeMR.Addr(), c.probeMR.RKey()
 	if err = c.id.SetAckTimeout(cfg.AckTimeout); err != nil {
 		return nil, err
 	}
@@ -250,7 +253,7 @@ func (c *Client) authenticate(ctx context.Context, cNonce, sNonce *[nonceLen]byt
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.nextSeq()
-	n := putAuth(c.buf[sendOff:], c.seq, c.cfg.Secret, sNonce, cNonce, c.probeMR.Addr(), c.probeMR.RKey(), c.cfg.Name)
+	n := putAuth(c.buf[sendOff:], c.seq, c.cfg.Secret, sNonce, cNonce, c.probeAddr, c.probeKey, c.cfg.Name)
 	if err := c.request(ctx, n); err != nil {
 		if errors.Is(err, verbs.ErrPeerLost) {
 			return fmt.Errorf("service: the server dropped the connection before authenticating it: %w", err)

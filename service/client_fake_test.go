@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -1273,5 +1274,66 @@ func TestClientPutGetTo(t *testing.T) {
 	}
 	if err := w.GetTo(ctx, rma.Contiguous(res[:6], datatype.Uint8), rma.Layout{Disp: 4000, Type: blocks, Count: 1}); !errors.Is(err, rma.ErrOutOfWindow) {
 		t.Errorf("GetTo past the end: %v, want ErrOutOfWindow", err)
+	}
+}
+
+// TestClientAuthenticate: the handshake's messages on the fake connection.
+// With the server's secret the client is admitted (the server records its
+// name and probe word) and, the server having no byte-order word to give
+// (its key 0), the client's calls go to the engine, which NICAtomics
+// says; with another secret the server refuses the proof (ErrAuth) and
+// counts the failure; a server that drops the connection instead fails
+// the handshake with the peer lost.
+func TestClientAuthenticate(t *testing.T) {
+	ctx := context.Background()
+	var cNonce, sNonce [nonceLen]byte
+	copy(cNonce[:], "client nonce....")
+	copy(sNonce[:], "server nonce....")
+	setup := func(secret string) (*fakeServer, *Client, *fakeConn) {
+		fs := newFakeServer(t, 64)
+		c, f := fs.client(t, AccessAll, 4096)
+		f.sc.authed, f.sc.cNonce, f.sc.sNonce = false, cNonce, sNonce
+		c.cfg.Secret, c.cfg.Name = []byte(secret), "tester"
+		c.probeAddr, c.probeKey = 0x1000, 0x42
+		return fs, c, f
+	}
+
+	fs, c, f := setup("the secret")
+	if err := c.authenticate(ctx, &cNonce, &sNonce); err != nil {
+		t.Fatalf("with the server's secret: %v", err)
+	}
+	if !f.sc.authed || f.sc.info.Name != "tester" || f.sc.probeAddr != 0x1000 || f.sc.probeRKey != 0x42 {
+		t.Errorf("the server's record: authed %v, name %q, probe word %#x key %#x; want true, tester, 0x1000, 0x42",
+			f.sc.authed, f.sc.info.Name, f.sc.probeAddr, f.sc.probeRKey)
+	}
+	if err := c.NICAtomics(); !errors.Is(err, verbs.ErrNotSupported) || c.atomics {
+		t.Errorf("NICAtomics with a server that gave no byte-order word: %v (atomics %v), want ErrNotSupported", err, c.atomics)
+	}
+	if got := fs.s.stats.Connects; got != 1 {
+		t.Errorf("the server counted %d connects, want 1", got)
+	}
+
+	fs, c, _ = setup("not the secret")
+	if err := c.authenticate(ctx, &cNonce, &sNonce); !errors.Is(err, ErrAuth) {
+		t.Errorf("with another secret: %v, want ErrAuth", err)
+	}
+	if got := fs.s.stats.AuthFailures; got != 1 {
+		t.Errorf("the server counted %d failures, want 1", got)
+	}
+
+	// Nonces the server did not give: its check fails as with a wrong
+	// secret.
+	_, c, _ = setup("the secret")
+	other := sNonce
+	other[0] ^= 1
+	if err := c.authenticate(ctx, &cNonce, &other); !errors.Is(err, ErrAuth) {
+		t.Errorf("with another server nonce: %v, want ErrAuth", err)
+	}
+
+	// The connection fails under the proof (the server dropped it).
+	_, c, f = setup("the secret")
+	f.failNext(verbs.WCRetryExcErr)
+	if err := c.authenticate(ctx, &cNonce, &sNonce); !errors.Is(err, verbs.ErrPeerLost) || !strings.Contains(err.Error(), "before authenticating") {
+		t.Errorf("with the connection failing: %v, want ErrPeerLost, said to be before authenticating", err)
 	}
 }
