@@ -44,19 +44,7 @@ type fakeServer struct {
 // newFakeServer is a server with one window "w" of size bytes, id 0.
 func newFakeServer(t *testing.T, size int) *fakeServer {
 	t.Helper()
-	cfg := ServerConfig{Secret: []byte("the secret")}
-	if err := cfg.defaults(); err != nil {
-		t.Fatal(err)
-	}
-	s := &Server{cfg: cfg, kick: make(chan struct{}, 1), windows: map[string]*exposed{},
-		target: fallback.NewTarget(), conns: map[uint32]*sconn{}}
-	s.secrets = []secret{{key: cfg.Secret}}
-	w := &exposed{name: "w", id: 0, mem: make([]byte, size)}
-	s.windows["w"], s.byID = w, []*exposed{w}
-	if err := s.target.AddWindow(w.id, w.mem); err != nil {
-		t.Fatal(err)
-	}
-	return &fakeServer{s: &logicServer{s, w}, atomics: true}
+	return &fakeServer{s: newLogicServerSize(t, size), atomics: true}
 }
 
 // word returns the 8-byte word of the window at disp.

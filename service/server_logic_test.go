@@ -38,6 +38,12 @@ type logicServer struct {
 // newLogicServer is a server with one window "w" of 64 bytes, id 0.
 func newLogicServer(t *testing.T) *logicServer {
 	t.Helper()
+	return newLogicServerSize(t, 64)
+}
+
+// newLogicServerSize is newLogicServer with a window of size bytes.
+func newLogicServerSize(t *testing.T, size int) *logicServer {
+	t.Helper()
 	cfg := ServerConfig{Secret: []byte("the secret")}
 	if err := cfg.defaults(); err != nil {
 		t.Fatal(err)
@@ -45,7 +51,7 @@ func newLogicServer(t *testing.T) *logicServer {
 	s := &Server{cfg: cfg, kick: make(chan struct{}, 1), windows: map[string]*exposed{},
 		target: fallback.NewTarget(), conns: map[uint32]*sconn{}}
 	s.secrets = []secret{{key: cfg.Secret}}
-	w := &exposed{name: "w", id: 0, mem: make([]byte, 64)}
+	w := &exposed{name: "w", id: 0, mem: make([]byte, size)}
 	s.windows["w"], s.byID = w, []*exposed{w}
 	if err := s.target.AddWindow(w.id, w.mem); err != nil {
 		t.Fatal(err)
