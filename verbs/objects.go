@@ -641,6 +641,47 @@ func (qp *QP) PostReadPoll(wrID uint64, l Local, raddr uint64, rkey uint32, flag
 	return postSendPoll(qp.p, wrID, opRead, flags, l, raddr, rkey, 0, 0, cq.p, wcs)
 }
 
+// SendWR is one work request of PostList.
+type SendWR struct {
+	WRID  uint64
+	Local Local // the source of a WRITE or SEND, where a READ or an atomic's old value lands
+	RAddr uint64
+	// A is a fetch-and-add's addend, or a compare-and-swap's compare
+	// value, with B its swap value.
+	A, B  uint64
+	RKey  uint32
+	Op    SendOp
+	Flags SendFlags
+}
+
+// SendOp is what a SendWR does (C: enum ibv_wr_opcode).
+type SendOp int32
+
+// The operations of a SendWR.
+const (
+	OpWrite       SendOp = opWrite
+	OpSend        SendOp = opSend
+	OpRead        SendOp = opRead
+	OpCompareSwap SendOp = opCmpSwap
+	OpFetchAdd    SendOp = opFetchAdd
+)
+
+// MaxPostList is the most work requests one PostList posts.
+const MaxPostList = 32
+
+// PostList posts wrs (at most MaxPostList) with one call to the provider,
+// one doorbell for all, then, if cq is not nil, polls cq once into wcs:
+// one call to C. It returns how many work requests were posted (on an
+// error, those before the one refused) and how many completions were
+// polled.
+func (qp *QP) PostList(wrs []SendWR, cq *CQ, wcs []WC) (posted, polled int, err error) {
+	var cp unsafe.Pointer
+	if cq != nil {
+		cp = cq.p
+	}
+	return postList(qp.p, wrs, cp, wcs)
+}
+
 // PostFetchAdd posts an 8-byte atomic fetch-and-add at raddr (8-byte
 // aligned); the old value lands in l (8 bytes).
 func (qp *QP) PostFetchAdd(wrID uint64, l Local, raddr uint64, rkey uint32, add uint64, flags SendFlags) error {

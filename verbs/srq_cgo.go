@@ -4,6 +4,7 @@ package verbs
 
 /*
 #include <infiniband/verbs.h>
+#include "standin.h"
 #include <errno.h>
 #include <string.h>
 

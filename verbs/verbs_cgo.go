@@ -5,6 +5,7 @@ package verbs
 /*
 #cgo LDFLAGS: -libverbs
 #include <infiniband/verbs.h>
+#include "standin.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -224,6 +225,71 @@ static int go_post_send_poll(struct ibv_qp *qp, uint64_t wr_id, int opcode, int 
 	int r = go_post_send(qp, wr_id, opcode, flags, laddr, len, lkey, raddr, rkey, add_or_cmp, swap, 0);
 	if (r != 0) return -1000 - r;
 	return go_poll_cq(cq, out, n);
+}
+
+// gowr mirrors verbs.SendWR.
+struct gowr {
+	uint64_t wr_id;
+	uint64_t laddr;
+	uint32_t len;
+	uint32_t lkey;
+	uint64_t raddr;
+	uint64_t a;
+	uint64_t b;
+	uint32_t rkey;
+	int32_t opcode;
+	int64_t flags;
+};
+
+// go_post_list posts n work requests (at most 32) in one call to the
+// provider (one doorbell), then, if cq is not NULL, polls it once into
+// out. It returns how many it posted in the high 32 bits, and in the low
+// 32 the completions polled, or -1000-errno if the post failed (the ones
+// before the failing one are posted).
+static int64_t go_post_list_(struct ibv_qp *qp, const struct gowr *in, int n, int *posted,
+		struct ibv_cq *cq, struct gowc *out, int m);
+static int64_t go_post_list(struct ibv_qp *qp, const struct gowr *in, int n, struct ibv_cq *cq, struct gowc *out, int m) {
+	int posted = 0;
+	int64_t r = go_post_list_(qp, in, n, &posted, cq, out, m);
+	return (int64_t)posted << 32 | (uint32_t)(int32_t)r;
+}
+static int64_t go_post_list_(struct ibv_qp *qp, const struct gowr *in, int n, int *posted,
+		struct ibv_cq *cq, struct gowc *out, int m) {
+	struct ibv_sge sge[32];
+	struct ibv_send_wr wr[32], *bad = NULL;
+	if (n > 32) n = 32;
+	*posted = 0;
+	if (n > 0) {
+		memset(wr, 0, n * sizeof wr[0]);
+		for (int i = 0; i < n; i++) {
+			const struct gowr *g = &in[i];
+			sge[i].addr = g->laddr;
+			sge[i].length = g->len;
+			sge[i].lkey = g->lkey;
+			wr[i].wr_id = g->wr_id;
+			wr[i].sg_list = &sge[i];
+			wr[i].num_sge = g->len || g->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD || g->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? 1 : 0;
+			wr[i].opcode = g->opcode;
+			wr[i].send_flags = (unsigned int)g->flags;
+			wr[i].next = i + 1 < n ? &wr[i + 1] : NULL;
+			if (g->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD || g->opcode == IBV_WR_ATOMIC_CMP_AND_SWP) {
+				wr[i].wr.atomic.remote_addr = g->raddr;
+				wr[i].wr.atomic.rkey = g->rkey;
+				wr[i].wr.atomic.compare_add = g->a;
+				wr[i].wr.atomic.swap = g->b;
+			} else if (g->opcode == IBV_WR_RDMA_WRITE || g->opcode == IBV_WR_RDMA_READ) {
+				wr[i].wr.rdma.remote_addr = g->raddr;
+				wr[i].wr.rdma.rkey = g->rkey;
+			}
+		}
+		int r = ibv_post_send(qp, wr, &bad);
+		if (r != 0) {
+			*posted = bad ? (int)(bad - wr) : 0;
+			return -1000 - r;
+		}
+		*posted = n;
+	}
+	return cq ? go_poll_cq(cq, out, m) : 0;
 }
 
 // go_post_inline posts a WRITE or SEND whose payload is copied by the provider
@@ -615,6 +681,27 @@ func postSendInline(p unsafe.Pointer, wrID uint64, opcode int, flags SendFlags, 
 	return nil
 }
 
+func postList(p unsafe.Pointer, wrs []SendWR, cq unsafe.Pointer, wcs []WC) (posted, polled int, err error) {
+	var in *C.struct_gowr
+	if len(wrs) > 0 {
+		in = (*C.struct_gowr)(unsafe.Pointer(&wrs[0]))
+	}
+	var out *C.struct_gowc
+	m := min(len(wcs), maxPollPerCall)
+	if m > 0 {
+		out = (*C.struct_gowc)(unsafe.Pointer(&wcs[0]))
+	}
+	v := int64(C.go_post_list((*C.struct_ibv_qp)(p), in, C.int(min(len(wrs), MaxPostList)), (*C.struct_ibv_cq)(cq), out, C.int(m)))
+	np, r := int(v>>32), int32(v)
+	if r <= -1000 {
+		return np, 0, errnoErr("post send list", C.int(-(r + 1000)))
+	}
+	if r < 0 {
+		return np, 0, fmt.Errorf("verbs: poll CQ: %w", syscall.EIO)
+	}
+	return np, int(r), nil
+}
+
 func postRecv(p unsafe.Pointer, wrID uint64, l Local) error {
 	if r := C.go_post_recv((*C.struct_ibv_qp)(p), C.uint64_t(wrID), C.uint64_t(l.Addr), C.uint32_t(l.Len), C.uint32_t(l.LKey)); r != 0 {
 		return errnoErr("post receive", r)
@@ -623,3 +710,4 @@ func postRecv(p unsafe.Pointer, wrID uint64, l Local) error {
 }
 
 var _ = [1]struct{}{}[wcSize-int(unsafe.Sizeof(WC{}))] // WC matches struct gowc
+var _ = [1]struct{}{}[C.sizeof_struct_gowr-int(unsafe.Sizeof(SendWR{}))] // SendWR matches struct gowr

@@ -63,6 +63,10 @@ func postSendPoll(unsafe.Pointer, uint64, int, SendFlags, Local, uint64, uint32,
 	return 0, ErrNotSupported
 }
 
+func postList(unsafe.Pointer, []SendWR, unsafe.Pointer, []WC) (int, int, error) {
+	return 0, 0, ErrNotSupported
+}
+
 func postSend(unsafe.Pointer, uint64, int, SendFlags, Local, uint64, uint32, uint64, uint64, uint32) error {
 	return ErrNotSupported
 }
