@@ -158,47 +158,17 @@ func Dial(ctx context.Context, addr string, cfg ClientConfig) (c *Client, err er
 	if c.dev, err = verbs.OpenCM(route.Device); err != nil {
 		return nil, err
 	}
-	attr, err := c.dev.QueryDevice()
-	if err != nil {
+	if err = c.setUp(); err != nil {
 		return nil, err
 	}
-	c.atomics = attr.AtomicCap != verbs.AtomicNone
-	if !c.atomics {
-		c.noNIC = fmt.Errorf("service: %w: device %s has no remote atomics", verbs.ErrNotSupported, c.dev.Name())
-	}
-	if c.pd, err = c.dev.AllocPD(); err != nil {
-		return nil, err
-	}
-	if c.vcc, err = c.dev.CreateCompChannel(); err != nil {
-		return nil, err
-	}
-	if c.vcq, err = c.dev.CreateCQ(sendDepth+clientRecv, c.vcc); err != nil {
-		return nil, err
-	}
-	if c.buf, err = verbs.Alloc(c.laneOff() + laneData*maxLanes); err != nil {
-		return nil, err
-	}
-	if c.vmr, err = c.pd.RegisterMR(c.buf, verbs.AccessLocalWrite); err != nil {
-		return nil, err
-	}
-	if c.probe, err = verbs.Alloc(8); err != nil {
-		return nil, err
-	}
-	if c.probeMR, err = c.pd.RegisterMR(c.probe[:8], verbs.AccessRemoteRead); err != nil {
-		return nil, err
-	}
-	c.probeAddr, c.probeKey = c.probeMR.Addr(), c.probeMR.RKey()
 	if err = c.id.SetAckTimeout(cfg.AckTimeout); err != nil {
 		return nil, err
 	}
 	if c.vqp, err = c.id.CreateQP(c.pd, verbs.QPConfig{SendCQ: c.vcq, RecvCQ: c.vcq, MaxSendWR: sendDepth, MaxRecvWR: clientRecv}); err != nil {
 		return nil, err
 	}
-	c.cc, c.cq, c.qp, c.mr = c.vcc, c.vcq, c.vqp, c.vmr
-	for i := 0; i < clientRecv; i++ {
-		if err = c.qp.PostRecv(recvTag|uint64(i), c.mr.Local(recvOff+i*recvSize, recvSize)); err != nil {
-			return nil, err
-		}
+	if err = c.useQP(); err != nil {
+		return nil, err
 	}
 	var cNonce [nonceLen]byte
 	if _, err = rand.Read(cNonce[:]); err != nil {
@@ -231,6 +201,53 @@ func Dial(ctx context.Context, addr string, cfg ClientConfig) (c *Client, err er
 		return nil, err
 	}
 	return c, nil
+}
+
+// setUp makes, on c.dev, the client's CQ, its registered buffer and the
+// probe word.
+func (c *Client) setUp() error {
+	attr, err := c.dev.QueryDevice()
+	if err != nil {
+		return err
+	}
+	c.atomics = attr.AtomicCap != verbs.AtomicNone
+	if !c.atomics {
+		c.noNIC = fmt.Errorf("service: %w: device %s has no remote atomics", verbs.ErrNotSupported, c.dev.Name())
+	}
+	if c.pd, err = c.dev.AllocPD(); err != nil {
+		return err
+	}
+	if c.vcc, err = c.dev.CreateCompChannel(); err != nil {
+		return err
+	}
+	if c.vcq, err = c.dev.CreateCQ(sendDepth+clientRecv, c.vcc); err != nil {
+		return err
+	}
+	if c.buf, err = verbs.Alloc(c.laneOff() + laneData*maxLanes); err != nil {
+		return err
+	}
+	if c.vmr, err = c.pd.RegisterMR(c.buf, verbs.AccessLocalWrite); err != nil {
+		return err
+	}
+	if c.probe, err = verbs.Alloc(8); err != nil {
+		return err
+	}
+	if c.probeMR, err = c.pd.RegisterMR(c.probe[:8], verbs.AccessRemoteRead); err != nil {
+		return err
+	}
+	c.probeAddr, c.probeKey = c.probeMR.Addr(), c.probeMR.RKey()
+	return nil
+}
+
+// useQP takes c.vqp, made on c.vcq, for its calls, and posts its receives.
+func (c *Client) useQP() error {
+	c.cc, c.cq, c.qp, c.mr = c.vcc, c.vcq, c.vqp, c.vmr
+	for i := 0; i < clientRecv; i++ {
+		if err := c.qp.PostRecv(recvTag|uint64(i), c.mr.Local(recvOff+i*recvSize, recvSize)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // watch waits for the connection manager's events: a disconnect (the

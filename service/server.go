@@ -161,8 +161,7 @@ func Listen(ctx context.Context, addr string, cfg ServerConfig) (s *Server, err 
 	if ap.Addr().IsUnspecified() {
 		return nil, fmt.Errorf("%w: listen on a specific address, not %v", verbs.ErrInvalid, ap.Addr())
 	}
-	s = &Server{cfg: cfg, kick: make(chan struct{}, 1), windows: map[string]*exposed{}, conns: map[uint32]*sconn{}, target: fallback.NewTarget(),
-		secrets: []secret{{key: cfg.Secret, gen: 1}}}
+	s = newServer(cfg)
 	made := s
 	defer func() {
 		if err != nil {
@@ -190,62 +189,8 @@ func Listen(ctx context.Context, addr string, cfg ServerConfig) (s *Server, err 
 	if s.dev, err = verbs.OpenCM(route.Device); err != nil {
 		return nil, err
 	}
-	attr, err := s.dev.QueryDevice()
-	if err != nil {
+	if err = s.setUp(); err != nil {
 		return nil, err
-	}
-	if attr.AtomicCap != verbs.AtomicNone {
-		s.flags |= flagAtomics
-	}
-	if !attr.MemWindowType2 {
-		return nil, fmt.Errorf("%w: device %s has no type 2 memory windows, which the server's per-client keys need", verbs.ErrNotSupported, route.Device)
-	}
-	if s.pd, err = s.dev.AllocPD(); err != nil {
-		return nil, err
-	}
-	if s.cc, err = s.dev.CreateCompChannel(); err != nil {
-		return nil, err
-	}
-	if s.rcq, err = s.dev.CreateCQ(cfg.RecvBuffers, s.cc); err != nil {
-		return nil, err
-	}
-	// Each connection has at most maxConnSends replies outstanding, and a
-	// connection torn down leaves at most as many (flushed) behind, which
-	// the control loop drains at once.
-	s.sendN = 2*maxConnSends*cfg.MaxConns + 64
-	if attr.MaxCQE > 0 && s.sendN > attr.MaxCQE {
-		return nil, fmt.Errorf("%w: MaxConns %d needs a send CQ of %d entries, and device %s allows %d (at most %d connections)",
-			verbs.ErrInvalid, cfg.MaxConns, s.sendN, route.Device, attr.MaxCQE, (attr.MaxCQE-64)/(2*maxConnSends))
-	}
-	if s.scq, err = s.dev.CreateCQ(s.sendN, s.cc); err != nil {
-		return nil, err
-	}
-	if s.srq, err = s.pd.CreateSRQ(verbs.SRQConfig{MaxWR: cfg.RecvBuffers}); err != nil {
-		return nil, err
-	}
-	if s.flags&flagAtomics != 0 {
-		if s.orderMem, err = verbs.Alloc((8*cfg.MaxConns + 4095) &^ 4095); err != nil {
-			return nil, err
-		}
-		if s.orderMR, err = s.pd.RegisterMR(s.orderMem, verbs.AccessLocalWrite|verbs.AccessMWBind); err != nil {
-			return nil, err
-		}
-		s.orderFree = make(chan int, cfg.MaxConns)
-		for i := range cfg.MaxConns {
-			s.orderFree <- i
-		}
-	}
-	// The receive buffers, then where probes land.
-	if s.rbuf, err = verbs.Alloc(cfg.RecvBuffers*recvSize + recvSize); err != nil {
-		return nil, err
-	}
-	if s.rmr, err = s.pd.RegisterMR(s.rbuf, verbs.AccessLocalWrite); err != nil {
-		return nil, err
-	}
-	for i := 0; i < cfg.RecvBuffers; i++ {
-		if err = s.srq.PostRecv(uint64(i), s.rmr.Local(i*recvSize, recvSize)); err != nil {
-			return nil, err
-		}
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.wg.Add(3)
@@ -253,6 +198,75 @@ func Listen(ctx context.Context, addr string, cfg ServerConfig) (s *Server, err 
 	go s.watchLoop()
 	go s.controlLoop()
 	return s, nil
+}
+
+// newServer is a Server with nothing opened yet.
+func newServer(cfg ServerConfig) *Server {
+	return &Server{cfg: cfg, kick: make(chan struct{}, 1), windows: map[string]*exposed{}, conns: map[uint32]*sconn{}, target: fallback.NewTarget(),
+		secrets: []secret{{key: cfg.Secret, gen: 1}}}
+}
+
+// setUp makes, on s.dev, what every connection shares: the CQs, the
+// shared receive queue with its buffers posted, the byte-order words.
+func (s *Server) setUp() error {
+	attr, err := s.dev.QueryDevice()
+	if err != nil {
+		return err
+	}
+	if attr.AtomicCap != verbs.AtomicNone {
+		s.flags |= flagAtomics
+	}
+	if !attr.MemWindowType2 {
+		return fmt.Errorf("%w: device %s has no type 2 memory windows, which the server's per-client keys need", verbs.ErrNotSupported, s.dev.Name())
+	}
+	if s.pd, err = s.dev.AllocPD(); err != nil {
+		return err
+	}
+	if s.cc, err = s.dev.CreateCompChannel(); err != nil {
+		return err
+	}
+	if s.rcq, err = s.dev.CreateCQ(s.cfg.RecvBuffers, s.cc); err != nil {
+		return err
+	}
+	// Each connection has at most maxConnSends replies outstanding, and a
+	// connection torn down leaves at most as many (flushed) behind, which
+	// the control loop drains at once.
+	s.sendN = 2*maxConnSends*s.cfg.MaxConns + 64
+	if attr.MaxCQE > 0 && s.sendN > attr.MaxCQE {
+		return fmt.Errorf("%w: MaxConns %d needs a send CQ of %d entries, and device %s allows %d (at most %d connections)",
+			verbs.ErrInvalid, s.cfg.MaxConns, s.sendN, s.dev.Name(), attr.MaxCQE, (attr.MaxCQE-64)/(2*maxConnSends))
+	}
+	if s.scq, err = s.dev.CreateCQ(s.sendN, s.cc); err != nil {
+		return err
+	}
+	if s.srq, err = s.pd.CreateSRQ(verbs.SRQConfig{MaxWR: s.cfg.RecvBuffers}); err != nil {
+		return err
+	}
+	if s.flags&flagAtomics != 0 {
+		if s.orderMem, err = verbs.Alloc((8*s.cfg.MaxConns + 4095) &^ 4095); err != nil {
+			return err
+		}
+		if s.orderMR, err = s.pd.RegisterMR(s.orderMem, verbs.AccessLocalWrite|verbs.AccessMWBind); err != nil {
+			return err
+		}
+		s.orderFree = make(chan int, s.cfg.MaxConns)
+		for i := range s.cfg.MaxConns {
+			s.orderFree <- i
+		}
+	}
+	// The receive buffers, then where probes land.
+	if s.rbuf, err = verbs.Alloc(s.cfg.RecvBuffers*recvSize + recvSize); err != nil {
+		return err
+	}
+	if s.rmr, err = s.pd.RegisterMR(s.rbuf, verbs.AccessLocalWrite); err != nil {
+		return err
+	}
+	for i := 0; i < s.cfg.RecvBuffers; i++ {
+		if err := s.srq.PostRecv(uint64(i), s.rmr.Local(i*recvSize, recvSize)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Addr is the address the server listens on (with the port picked, for
