@@ -67,6 +67,12 @@ type Client struct {
 	engines atomic.Int32  // lanes carrying engine messages (at most engineLanes)
 	laneSeq atomic.Uint32 // counts the engine messages of lanes (their sequence numbers)
 	use     sync.RWMutex  // lane calls read-hold it; Close takes it before it frees the QP
+	// The lanes' work requests: each lane's (its caller writes it before
+	// it enqueues the lane), those enqueued for the holder of mu to
+	// post, and whether that holder sleeps on the completion channel.
+	wrs      [maxLanes]verbs.SendWR
+	toPost   atomic.Uint32
+	sleeping atomic.Bool
 
 	mu       callMu // serializes the other calls; guards what follows
 	closed   bool
@@ -81,6 +87,8 @@ type Client struct {
 	replyLen int
 	reply    [recvSize]byte
 	wcs      [8]verbs.WC
+	posting  [maxLanes]verbs.SendWR // the work requests postPending posts
+	nudged   bool                   // a lane's caller was woken since the poller last yielded
 	scratch  core.Scratch       // the compare-and-swap loops' operands
 	cas      [64]byte           // an engine compare-and-swap: compare, then origin
 	discard  [maxFetchData]byte // old values: of an abandoned request, of a piece of GetAccumulateTo
@@ -241,7 +249,7 @@ func (c *Client) setUp() error {
 
 // useQP takes c.vqp, made on c.vcq, for its calls, and posts its receives.
 func (c *Client) useQP() error {
-	c.cc, c.cq, c.qp, c.mr = c.vcc, c.vcq, c.vqp, c.vmr
+	c.cc, c.cq, c.qp, c.mr = c.vcc, c.vcq, verbsQP{c.vqp}, c.vmr
 	for i := 0; i < clientRecv; i++ {
 		if err := c.qp.PostRecv(recvTag|uint64(i), c.mr.Local(recvOff+i*recvSize, recvSize)); err != nil {
 			return err
@@ -537,6 +545,7 @@ func (c *Client) waitLanes(ctx context.Context) error {
 func (c *Client) waitFor(ctx context.Context, reply uint32, cond func() bool) error {
 	spins, armed := 0, false
 	for {
+		posted := c.postPending()
 		n, err := c.cq.Poll(c.wcs[:])
 		procs.Polled()
 		if err != nil {
@@ -545,6 +554,7 @@ func (c *Client) waitFor(ctx context.Context, reply uint32, cond func() bool) er
 		for i := 0; i < n; i++ {
 			c.complete(&c.wcs[i])
 		}
+		c.yieldToNudged()
 		if reply != 0 && cond() {
 			return nil // the reply came: the request's send completed too
 		}
@@ -561,7 +571,7 @@ func (c *Client) waitFor(ctx context.Context, reply uint32, cond func() bool) er
 		if c.closing.Load() {
 			return ErrClosed
 		}
-		if n > 0 {
+		if n > 0 || posted {
 			spins, armed = 0, false
 			continue
 		}
@@ -577,7 +587,7 @@ func (c *Client) waitFor(ctx context.Context, reply uint32, cond func() bool) er
 			armed = true
 			continue // poll once more: a completion may have come before the arming
 		}
-		if err := c.cc.Wait(ctx); err != nil {
+		if err := c.sleep(ctx); err != nil {
 			if ctx.Err() != nil {
 				if reply != 0 {
 					c.awaiting = reply // the next call waits for it first
@@ -745,6 +755,7 @@ func (c *Client) compareSwap(ctx context.Context, raddr uint64, rkey uint32, com
 // *verbs.CompChannel and *verbs.MR).
 type (
 	clientQP interface {
+		PostList(wrs []verbs.SendWR) (int, error)
 		PostSend(wrID uint64, l verbs.Local, flags verbs.SendFlags) error
 		PostWrite(wrID uint64, l verbs.Local, raddr uint64, rkey uint32, flags verbs.SendFlags) error
 		PostRead(wrID uint64, l verbs.Local, raddr uint64, rkey uint32, flags verbs.SendFlags) error
@@ -765,8 +776,16 @@ type (
 	}
 )
 
+// verbsQP is a *verbs.QP as a clientQP: its PostList polls nothing.
+type verbsQP struct{ *verbs.QP }
+
+func (q verbsQP) PostList(wrs []verbs.SendWR) (int, error) {
+	n, _, err := q.QP.PostList(wrs, nil, nil)
+	return n, err
+}
+
 var (
-	_ clientQP = (*verbs.QP)(nil)
+	_ clientQP = verbsQP{}
 	_ clientCQ = (*verbs.CQ)(nil)
 	_ clientCC = (*verbs.CompChannel)(nil)
 	_ clientMR = (*verbs.MR)(nil)

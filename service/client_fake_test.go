@@ -141,6 +141,28 @@ func (f *fakeConn) Local(off, n int) verbs.Local {
 	return verbs.Local{Addr: uint64(off), Len: uint32(n)}
 }
 
+func (f *fakeConn) PostList(wrs []verbs.SendWR) (int, error) {
+	for k, wr := range wrs {
+		w := fakeWR{id: wr.WRID, l: wr.Local, raddr: wr.RAddr, rkey: wr.RKey, a: wr.A, b: wr.B}
+		switch wr.Op {
+		case verbs.OpSend:
+			w.op = verbs.WCSend
+		case verbs.OpWrite:
+			w.op = verbs.WCRDMAWrite
+		case verbs.OpRead:
+			w.op = verbs.WCRDMARead
+		case verbs.OpFetchAdd:
+			w.op = verbs.WCFetchAdd
+		case verbs.OpCompareSwap:
+			w.op = verbs.WCCompSwap
+		}
+		if err := f.post(w); err != nil {
+			return k, err
+		}
+	}
+	return len(wrs), nil
+}
+
 func (f *fakeConn) PostSend(id uint64, l verbs.Local, flags verbs.SendFlags) error {
 	return f.post(fakeWR{op: verbs.WCSend, id: id, l: l})
 }

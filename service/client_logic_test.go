@@ -84,6 +84,7 @@ func TestLaneEngineEvents(t *testing.T) {
 		l.replyLen = 0
 		l.events.Store(2)
 		l.seq.Store(seq)
+		l.posted = true
 		return i, l, seq
 	}
 	for _, replyFirst := range []bool{true, false} {
@@ -142,5 +143,35 @@ func TestLaneEngineEvents(t *testing.T) {
 		if c.seq == 0 || c.seq&laneSeqTag != 0 {
 			t.Errorf("nextSeq after %#x: %#x", from, c.seq)
 		}
+	}
+}
+
+// TestLaneList: the completion of a list's signalled last work request
+// completes the list's other lanes, once; a later completion of one of
+// them (its flush, after the QP failed) changes nothing.
+func TestLaneList(t *testing.T) {
+	c := &Client{}
+	c.initLanes()
+	var ls [3]int
+	for k := range ls {
+		ls[k] = c.takeLane()
+		l := &c.lanes[ls[k]]
+		l.done.Store(false)
+		l.posted = true
+	}
+	last := ls[2]
+	c.lanes[last].list = 1<<ls[0] | 1<<ls[1]
+	c.laneDone(last, nil)
+	for _, i := range ls {
+		if l := &c.lanes[i]; !l.isDone() || l.err != nil || l.posted {
+			t.Fatalf("lane %d after its list's completion: done %v, err %v, posted %v", i, l.isDone(), l.err, l.posted)
+		}
+	}
+	if c.lanes[last].list != 0 {
+		t.Fatalf("the signalled lane keeps its list %#x", c.lanes[last].list)
+	}
+	c.laneDone(ls[0], verbs.ErrFlushed)
+	if l := &c.lanes[ls[0]]; l.err != nil {
+		t.Fatalf("a second completion of lane %d set its error: %v", ls[0], l.err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"math/bits"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -67,6 +68,11 @@ type lane struct {
 	// done is set.
 	seq      atomic.Uint32
 	events   atomic.Int32
+	// Under mu: its work request is posted and its completion not
+	// counted yet; and, for the signalled last of a list, the list's
+	// other lanes (laneDone).
+	posted bool
+	list   uint32
 	replyLen int
 	reply    [maxReply]byte
 }
@@ -189,21 +195,19 @@ func (c *Client) laneCall(ctx context.Context, kind laneKind, raddr uint64, rkey
 	if kind == laneWrite || kind == laneRead {
 		n = len(data)
 	}
-	local, wr := c.mr.Local(off, n), laneTag|uint64(i)
+	wr := &c.wrs[i]
+	*wr = verbs.SendWR{WRID: laneTag | uint64(i), Local: c.mr.Local(off, n), RAddr: raddr, RKey: rkey, A: a, B: b,
+		Flags: verbs.SendSignaled}
 	switch kind {
 	case laneFetchAdd:
-		err = c.qp.PostFetchAdd(wr, local, raddr, rkey, a, verbs.SendSignaled)
+		wr.Op = verbs.OpFetchAdd
 	case laneCompareSwap:
-		err = c.qp.PostCompareSwap(wr, local, raddr, rkey, a, b, verbs.SendSignaled)
+		wr.Op = verbs.OpCompareSwap
 	case laneWrite:
 		copy(c.buf[off:off+n], data)
-		err = c.qp.PostWrite(wr, local, raddr, rkey, verbs.SendSignaled)
+		wr.Op = verbs.OpWrite
 	default:
-		err = c.qp.PostRead(wr, local, raddr, rkey, verbs.SendSignaled)
-	}
-	if err != nil {
-		c.putLane(i)
-		return 0, true, err
+		wr.Op = verbs.OpRead
 	}
 	switch kind {
 	case laneRead8, laneRead:
@@ -284,12 +288,7 @@ func (c *Client) laneEngine(ctx context.Context, req *fallback.Request, result [
 	l.replyLen = 0
 	l.events.Store(2)
 	l.seq.Store(seq)
-	if err := c.qp.PostSend(laneTag|uint64(i), c.mr.Local(off, len(msg)), verbs.SendSignaled); err != nil {
-		l.seq.Store(0)
-		c.engines.Add(-1)
-		c.putLane(i)
-		return true, err
-	}
+	c.wrs[i] = verbs.SendWR{WRID: laneTag | uint64(i), Local: c.mr.Local(off, len(msg)), Op: verbs.OpSend, Flags: verbs.SendSignaled}
 	if err := c.laneWait(ctx, l, i); err != nil {
 		return true, err // abandoned, or the connection failed
 	}
@@ -337,9 +336,15 @@ func (l *lane) isDone() bool { return l.done.Load() }
 // abandoned (laneDone frees it).
 func (c *Client) laneWait(ctx context.Context, l *lane, i int) error {
 	bit := uint32(1) << i
+	c.enqueue(bit)
 	for {
 		if l.isDone() {
-			return c.laneResult(l)
+			err := c.laneResult(l)
+			if err != nil {
+				l.seq.Store(0)
+				c.putLane(i)
+			}
+			return err
 		}
 		if c.closing.Load() {
 			return c.abandon(l, i, ErrClosed)
@@ -388,6 +393,7 @@ func (c *Client) pollLane(ctx context.Context, l *lane, spins *int, armed *bool)
 		c.fail(errDisconnected)
 		return c.err
 	}
+	posted := c.postPending()
 	n, err := c.cq.Poll(c.wcs[:])
 	procs.Polled()
 	if err != nil {
@@ -397,8 +403,9 @@ func (c *Client) pollLane(ctx context.Context, l *lane, spins *int, armed *bool)
 	for k := 0; k < n; k++ {
 		c.complete(&c.wcs[k])
 	}
+	c.yieldToNudged()
 	switch {
-	case n > 0 || l.isDone():
+	case n > 0 || posted || l.isDone():
 		*spins, *armed = 0, false
 	case *spins < spinPolls:
 		*spins++
@@ -409,7 +416,7 @@ func (c *Client) pollLane(ctx context.Context, l *lane, spins *int, armed *bool)
 		}
 		*armed = true // poll once more: a completion may have come before the arming
 	default:
-		if err := c.cc.Wait(ctx); err != nil {
+		if err := c.sleep(ctx); err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -419,6 +426,77 @@ func (c *Client) pollLane(ctx context.Context, l *lane, spins *int, armed *bool)
 		*armed = false
 	}
 	return nil
+}
+
+// yieldToNudged lets the lane callers that the completions just polled
+// woke run now, on this P, where the runtime queued them: while the
+// poller spins they would wait for another P to steal them; mu is held.
+func (c *Client) yieldToNudged() {
+	if c.nudged {
+		c.nudged = false
+		runtime.Gosched()
+	}
+}
+
+// enqueue hands the work requests of the lanes in bits (c.wrs) to the
+// holder of mu, who posts them with the others enqueued at the time: one
+// call to the provider, one doorbell, for all the calls in flight. A
+// holder asleep on the completion channel is woken for it.
+func (c *Client) enqueue(bits uint32) {
+	for p := c.toPost.Load(); !c.toPost.CompareAndSwap(p, p|bits); p = c.toPost.Load() {
+	}
+	if c.sleeping.Load() {
+		c.cc.Wake()
+	}
+}
+
+// postPending posts the work requests enqueued, reporting whether there
+// were any; mu is held. A lane whose work request was not posted (the
+// connection failed, or the provider refused it) is done with the error.
+func (c *Client) postPending() bool {
+	pending := c.toPost.Swap(0)
+	if pending == 0 {
+		return false
+	}
+	n := 0
+	for b := pending; b != 0; b &= b - 1 {
+		c.posting[n] = c.wrs[bits.TrailingZeros32(b)]
+		n++
+	}
+	posted, err := 0, c.err
+	if err == nil {
+		last := int(c.posting[n-1].WRID &^ laneTag)
+		for k := range c.posting[:n-1] {
+			c.posting[k].Flags &^= verbs.SendSignaled
+		}
+		for b := pending; b != 0; b &= b - 1 {
+			c.lanes[bits.TrailingZeros32(b)].posted = true
+		}
+		c.lanes[last].list = pending &^ (1 << last)
+		if posted, err = c.qp.PostList(c.posting[:n]); posted > 0 && posted < n {
+			// The list's signalled request was not posted: nothing
+			// would report the ones that were.
+			c.fail(err)
+			err = c.err
+		}
+	}
+	for _, wr := range c.posting[posted:n] {
+		l := &c.lanes[wr.WRID&^laneTag]
+		l.posted, l.list = false, 0
+		c.laneFailed(int(wr.WRID&^laneTag), err)
+	}
+	return true
+}
+
+// sleep sleeps on the completion channel, unless work requests are
+// enqueued (or come meanwhile: enqueue wakes the sleeper); mu is held.
+func (c *Client) sleep(ctx context.Context) error {
+	c.sleeping.Store(true)
+	defer c.sleeping.Store(false)
+	if c.toPost.Load() != 0 {
+		return nil
+	}
+	return c.cc.Wait(ctx)
 }
 
 // laneResult is the error of a lane whose completion came: its own, or
@@ -444,16 +522,42 @@ func (c *Client) abandon(l *lane, i int, err error) error {
 }
 
 // laneDone records the completion of lane i's work request; mu is held.
+//
+// Only the last work request of each list postPending posts is
+// signalled: its completion is the completion of the list's others too,
+// which an RC QP completes in order (a failed one, and those after it,
+// complete with an error of their own). A lane counts its work request's
+// completion once, whichever completion reports it.
 func (c *Client) laneDone(i int, err error) {
 	if i >= maxLanes {
 		return
 	}
-	l := &c.lanes[i]
 	if err != nil {
 		c.fail(err) // the QP is in the error state: the connection is lost
-		l.err = err
-		l.events.Store(1) // no reply comes after a failed send
 	}
+	list := c.lanes[i].list
+	c.lanes[i].list = 0
+	for b := list | 1<<i; b != 0; b &= b - 1 {
+		k := bits.TrailingZeros32(b)
+		l := &c.lanes[k]
+		if !l.posted {
+			continue
+		}
+		l.posted = false
+		if err != nil {
+			l.err = err
+			l.events.Store(1) // no reply comes after a failed send
+		}
+		c.laneEvent(k)
+	}
+}
+
+// laneFailed records that lane i's work request was not posted: the lane
+// is done with err, and the connection is not failed for it; mu is held.
+func (c *Client) laneFailed(i int, err error) {
+	l := &c.lanes[i]
+	l.err = err
+	l.events.Store(1)
 	c.laneEvent(i)
 }
 
@@ -490,6 +594,7 @@ func (c *Client) laneEvent(i int) {
 	}
 	if c.parked.Load()&(1<<i) != 0 {
 		c.nudge(i) // its caller set its bit before it last looked at done
+		c.nudged = true
 	}
 }
 

@@ -121,6 +121,7 @@ type Fabric struct {
 	freeChunks chan uint32
 
 	pollMu sync.Mutex
+	woke   bool       // under pollMu: a completion woke its waiter (takeWoke)
 	wcs    []verbs.WC // 32, in f.mem: off the Go heap, so cgo's pointer checks are cheap
 	spin   time.Duration
 	// sleeping: the poller sleeps on the completion channel; whoever frees

@@ -71,11 +71,22 @@ func (f *Fabric) dispatchLocked(n int) int {
 		if s.sleeping.Load() {
 			select {
 			case s.wake <- struct{}{}:
+				f.woke = true
 			default:
 			}
 		}
 	}
 	return n
+}
+
+// takeWoke reports whether the completions polled since the last call
+// woke a waiter; pollMu is held. The poller then yields (after it
+// unlocks pollMu) to let them run now, on its P, where the runtime queued
+// them: while it spins they would wait for another P to steal them.
+func (f *Fabric) takeWoke() bool {
+	w := f.woke
+	f.woke = false
+	return w
 }
 
 // completionErr is the error a failed completion on c, to rank, gives its
@@ -139,7 +150,11 @@ func (f *Fabric) progressUntil(ctx context.Context, done func() bool, s *slot) e
 			} else {
 				spinStart, empty = time.Time{}, 0
 			}
+			woke := f.takeWoke()
 			f.pollMu.Unlock()
+			if woke {
+				runtime.Gosched()
+			}
 			procs.Polled()
 			continue
 		}
