@@ -104,8 +104,8 @@ demo: tools
 
 # make bench  perftest and cmd/rmabench on one RDMA device (the test VM's rxe0
 #             when the host has none), then across the test VM's two hosts
-#             (rxevm -hosts 2, rows named .../2host): one table, and
-#             bench-results.json
+#             (rxevm -hosts 2, rows named .../2host); MPICH in the one-host
+#             boot (rows named .../mpich): one table, and bench-results.json
 bench: tools
 	$(GO) build -o $(BIN)/rmabench ./cmd/rmabench
 	RXEVM=$(RXEVM) BIN=$(BIN) bash hack/bench.sh

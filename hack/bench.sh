@@ -11,7 +11,10 @@
 #     service/fetch_and_op/rate/1conn, 4conn, 16conn (FetchAndOp message
 #     rate with 1, 4, 16 clients, beside ib_atomic_bw's) and
 #     service/connect_first_op (Dial to first FetchAndOp, median of 20;
-#     no perftest counterpart);
+#     no perftest counterpart); and MPICH (rmabench -mpich): the program
+#     cmd/rmabench/mpich/osclat.c, built here with mpicc.mpich, on 2 ranks
+#     of mpiexec.mpich on the same device after perftest in each round:
+#     rows named .../mpich, ours against MPICH's median (informational);
 #  2. two hosts: in one boot of the test VM's two hosts (rxevm -hosts 2,
 #     each guest with its own rxe0, joined by a UDP wire), perftest's server
 #     and rmabench's rank 0 on host0 (10.77.0.1), perftest's client and
@@ -27,6 +30,8 @@
 #   BENCH_ITERS2, BENCH_BYTES2, BENCH_ROUNDS2  the same across two hosts,
 #                 default 300, 16MiB, 3 (a round trip there takes ~1 ms)
 #   BENCH_HOSTS   1: the one-host run only; 2: the two-host run only; default both
+#   BENCH_MPICH   0: no rows against MPICH (default 1: mpich and
+#                 libmpich-dev are installed with apt-get when absent)
 #   BENCH_OUT     where the JSON goes, default bench-results.json
 #   BENCH_ARGS    more rmabench flags for both runs (-q N -spin D ...)
 #   RXEVM_ARGS    rxevm flags of the one-host run (-vm always, -smp 4, -kargs ...)
@@ -41,6 +46,26 @@ HOSTS=${BENCH_HOSTS:-1,2}
 progress=off
 [[ -t 2 ]] && progress=on # the guest's stderr is always a tty: decide here
 
+# MPICH for the rows against it: installed when absent, osclat built on the
+# host (the guest sees the host's / read-only). When that fails, the rows
+# say why and the bench goes on.
+mpich=()
+if [[ ${BENCH_MPICH:-1} != 0 && ,$HOSTS, == *,1,* ]]; then
+	if ! command -v mpicc.mpich >/dev/null || ! command -v mpiexec.mpich >/dev/null; then
+		sudo=""
+		[[ $(id -u) == 0 ]] || sudo=sudo
+		echo "bench: installing mpich libmpich-dev" >&2
+		{ $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq mpich libmpich-dev >/dev/null; } ||
+			echo "bench: could not install mpich: the rows against MPICH will say so" >&2
+	fi
+	rm -f "$BIN/osclat"
+	if command -v mpicc.mpich >/dev/null; then
+		mpicc.mpich -O2 -Wall -o "$BIN/osclat" cmd/rmabench/mpich/osclat.c >&2 ||
+			echo "bench: mpicc.mpich failed on cmd/rmabench/mpich/osclat.c" >&2
+	fi
+	mpich=(-mpich "$BIN/osclat")
+fi
+
 tmp=$(mktemp -d "${OUT}.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 failed=()
@@ -53,7 +78,7 @@ if [[ ,$HOSTS, == *,1,* ]]; then
 	# shellcheck disable=SC2086
 	"$RXEVM" -timeout 9m ${RXEVM_ARGS:-} -- "$BIN/rmabench" -compare \
 		-n "${BENCH_ITERS:-1000}" -nbw "${BENCH_RATE:-10000}" -bw-bytes "${BENCH_BYTES:-100MiB}" \
-		-rounds "${BENCH_ROUNDS:-3}" -progress "$progress" ${BENCH_ARGS:-} -json - >"$tmp/one.json" || rc=$?
+		-rounds "${BENCH_ROUNDS:-3}" -progress "$progress" "${mpich[@]}" ${BENCH_ARGS:-} -json - >"$tmp/one.json" || rc=$?
 	echo "bench: one host: exit $rc after $((SECONDS - t0)) s" >&2
 	if grep -q '"name"' "$tmp/one.json"; then
 		files+=("$tmp/one.json")

@@ -63,6 +63,12 @@ type bench struct {
 	prog  *progress
 	clock *clock
 	svc   *svcBench // -compare -service: package service's server
+	// mpichLib names the MPI library of -mpich's osclat, from its first
+	// run that succeeded.
+	mpichLib string
+	// mpichHung, once a run of osclat was killed on its time limit, is
+	// why the later rounds run none.
+	mpichHung error
 
 	results []result
 	header  string // the table whose header was printed last

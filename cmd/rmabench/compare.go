@@ -121,7 +121,7 @@ type row struct {
 	Hosts    int     `json:"hosts"` // 1: both ranks on one device; 2: one rank per host
 	Metric   string  `json:"metric"`
 	Ours     float64 `json:"ours"`
-	Perftest float64 `json:"perftest"` // perftest's figure times PerftestScale
+	Perftest float64 `json:"perftest"` // perftest's figure times PerftestScale; MPICH's in the /mpich rows
 	Ratio    float64 `json:"ratio"`
 	Target   float64 `json:"target,omitempty"` // absent: informational
 	Met      *bool   `json:"met,omitempty"`    // absent: informational
@@ -133,10 +133,11 @@ type row struct {
 	PerftestRounds []float64 `json:"perftest_rounds,omitempty"`
 	OursDetail     *result   `json:"ours_detail,omitempty"`
 	PerftestDetail ptResult  `json:"perftest_detail,omitempty"`
-	Error          string    `json:"error,omitempty"` // why a round has no figure of ours
+	Error          string    `json:"error,omitempty"` // why a round has no figure of ours (or of MPICH's)
 }
 
-// ptResult is the row perftest printed: its columns by name.
+// ptResult is the row perftest printed (or osclat, for MPICH): its columns
+// by name.
 type ptResult map[string]float64
 
 func (t target) mode() string {
@@ -175,16 +176,18 @@ func (t target) testName() string {
 // ourKey is a measurement of ours in a round.
 type ourKey struct{ kase, mode string }
 
-// round holds one round's measurements: ours, and perftest's by test; and
-// the errors of the cases of ours that failed.
+// round holds one round's measurements: ours, and perftest's (or MPICH's)
+// by test; the errors of the cases of ours that failed, and why a test of
+// MPICH has no figure.
 type round struct {
-	ours map[ourKey]result
-	pts  map[string]ptResult
-	errs map[ourKey]error
+	ours    map[ourKey]result
+	pts     map[string]ptResult
+	errs    map[ourKey]error
+	refErrs map[string]error
 }
 
 func newRound() round {
-	return round{ours: map[ourKey]result{}, pts: map[string]ptResult{}, errs: map[ourKey]error{}}
+	return round{ours: map[ourKey]result{}, pts: map[string]ptResult{}, errs: map[ourKey]error{}, refErrs: map[string]error{}}
 }
 
 // caseLimit bounds one case of ours in a comparison: one that fails or
@@ -242,6 +245,10 @@ func (b *bench) compare(ctx context.Context) error {
 	rounds := make([]round, b.c.rounds)
 	all, ntargets := compareTargets(b.c.service)
 	b.prog.cases = len(hostOrder)*b.c.rounds + 1
+	if b.c.mpich != "" {
+		all = append(all, mpichTargets()...)
+		b.prog.cases += b.c.rounds // MPICH follows perftest in each round
+	}
 	if b.c.service {
 		b.prog.cases += b.c.rounds // connect-to-first-op ends each round
 		b.svc = startService(ctx, dev, b.c.serviceIP)
@@ -286,6 +293,12 @@ func (b *bench) compare(ctx context.Context) error {
 				return err
 			}
 		}
+		if b.c.mpich != "" {
+			// Ours were measured beside perftest: MPICH's figures only.
+			st.next(fmt.Sprintf("round %d: MPICH (%s)", ri+1, b.c.mpich))
+			b.prog.start("MPICH ("+b.c.mpich+")", 1)
+			b.measureMPICH(ctx, dev, port, gid, b.c.iters, rd)
+		}
 		if b.c.service {
 			// The rows compared with no perftest test.
 			st.next(fmt.Sprintf("round %d: service connect to first op", ri+1))
@@ -312,6 +325,14 @@ func (b *bench) compare(ctx context.Context) error {
 		fmt.Fprintf(&note, " service/: one client per connection to a server process on %s; lat: one client, one call at a time;"+
 			" rate: %d FetchAndOp(SUM) shared by %s clients, one goroutine each; connect_first_op: typical of %d Dial+Open+first FetchAndOp, each client closed after.\n",
 			where, b.c.itersBW, joinInts(svcConns), svcDials)
+	}
+	if b.c.mpich != "" {
+		lib := b.mpichLib
+		if lib == "" {
+			lib = "(no run succeeded)"
+		}
+		fmt.Fprintf(&note, " /mpich: %s, 2 ranks of mpiexec.mpich -launcher fork (UCX on %s port %d GID index %d), %s; typical of %d, each round after perftest.\n",
+			lib, dev, port, gid, b.c.mpich, b.c.iters)
 	}
 	fmt.Fprintf(&note, " took %.0f s.\n", time.Since(st.began).Seconds())
 	b.prog.print(b.out, comparisonTable(rows)+note.String())
@@ -385,9 +406,13 @@ func buildRows(ts []target, ntargets int, rounds []round, hosts int) []row {
 		rw := row{Name: t.name, Hosts: hosts, Metric: t.metric, Test: t.testName(), PerftestScale: t.scale}
 		k := ourKey{t.kase, t.mode()}
 		var ours, pts []float64
-		var oursAt []int // the round of each of ours
+		var oursAt, ptsAt []int // the round of each of ours and perftest's
 		for ri, rd := range rounds {
-			pts = append(pts, t.ptValue(rd.pts[t.pt.String()]))
+			if r, ok := rd.pts[t.pt.String()]; ok || t.pt.String() == "" {
+				pts, ptsAt = append(pts, t.ptValue(r)), append(ptsAt, ri)
+			} else if err := rd.refErrs[t.pt.String()]; err != nil && rw.Error == "" {
+				rw.Error = err.Error()
+			}
 			if r, ok := rd.ours[k]; ok {
 				ours, oursAt = append(ours, t.value(r)), append(oursAt, ri)
 			} else if err := rd.errs[k]; err != nil && rw.Error == "" {
@@ -396,8 +421,10 @@ func buildRows(ts []target, ntargets int, rounds []round, hosts int) []row {
 				rw.Error = fmt.Sprintf("no result in round %d", ri+1)
 			}
 		}
-		pi := medianIndex(pts)
-		rw.Perftest, rw.PerftestDetail = pts[pi], rounds[pi].pts[t.pt.String()]
+		if len(pts) > 0 {
+			pi := medianIndex(pts)
+			rw.Perftest, rw.PerftestDetail = pts[pi], rounds[ptsAt[pi]].pts[t.pt.String()]
+		}
 		if len(ours) > 0 {
 			oi := medianIndex(ours)
 			r := rounds[oursAt[oi]].ours[k]
@@ -478,6 +505,12 @@ func comparisonTable(rows []row) string {
 		}
 	}
 	s.WriteString(" " + sendRTT[1:] + ": one SEND round trip, 2 x ib_send_lat's t_typical (which is half a round trip).\n")
+	for _, r := range rows {
+		if strings.HasSuffix(r.Name, mpichSuffix) {
+			s.WriteString(" " + mpichSuffix[1:] + ": against MPICH (cmd/rmabench/mpich/osclat.c) on the same device, its median in the perftest column; ratio ours/MPICH.\n")
+			break
+		}
+	}
 	if hosts2 {
 		s.WriteString(" /2host: across two hosts, rank 0 and perftest's server on host0, rank 1 and perftest's client on host1.\n")
 	}

@@ -62,6 +62,19 @@
 // connections made one after the other, each closed after (no perftest
 // counterpart).
 //
+// With -mpich PATH, the one-host comparison also runs PATH, the MPI
+// program mpich/osclat.c built with mpicc.mpich, on 2 ranks of
+// mpiexec.mpich -launcher fork, UCX on the same device, port and GID
+// index, once per round after the perftest tests: in one MPI_Win_lock_all
+// epoch, rank 0 times MPI_Fetch_and_op (SUM, int64), MPI_Compare_and_swap
+// (int64), MPI_Get and MPI_Put of 8 B, MPI_Accumulate and
+// MPI_Get_accumulate (SUM, one float64) at rank 1, each followed by
+// MPI_Win_flush, while rank 1 waits in MPI_Barrier. Its rows, with no
+// target, are named as ours with /mpich appended (fetch_and_op_sum_int64/mpich,
+// ...): ours against MPICH's median, in the perftest column, ratio
+// ours/MPICH. When the program is missing or fails, those rows say why and
+// the rest of the comparison goes on.
+//
 // Run as one rank of a group of 2 (RMA_RANK, RMA_SIZE=2, RMA_ADDR of rank 0,
 // RMA_SECRET), -compare compares across two hosts: rank 0 runs perftest's
 // servers and serves its window, rank 1 runs perftest's clients against
@@ -132,6 +145,7 @@ type config struct {
 	control         string // across hosts: rank 0's control address
 	service         bool   // with -compare on one host: package service's rows too
 	serviceIP       netip.Addr
+	mpich           string // with -compare on one host: osclat, run under mpiexec.mpich
 }
 
 var allOps = []string{"put", "get", "fetch_and_op", "compare_and_swap", "accumulate", "get_accumulate"}
@@ -193,6 +207,7 @@ func run() int {
 	flag.StringVar(&c.perftestHost, "perftest-host", "127.0.0.1", "with -compare: the address perftest's client connects to its server by (across hosts: RMA_ADDR's host)")
 	flag.StringVar(&c.control, "control", "", "with -compare across hosts: rank 0's `host:port` for rank 1's control connection (default: RMA_ADDR's port plus one)")
 	flag.BoolVar(&c.service, "service", true, "with -compare on one host: also measure package service (FetchAndOp and CompareAndSwap latency, FetchAndOp rate with 1, 4 and 16 clients, Dial to first FetchAndOp) against a server process of its own")
+	flag.StringVar(&c.mpich, "mpich", "", "with -compare on one host: run the MPICH latency program at this `path` (cmd/rmabench/mpich/osclat.c built with mpicc.mpich) under mpiexec.mpich on the same device in each round, and add rows against it (names ending in /mpich)")
 	svcAddr := flag.String("service-addr", "", "with -compare -service: the IP `address` the service server listens on (default: the IPv4 address of the device's network interface)")
 	svcServer := flag.Bool("service-server", false, "be the server of -compare -service, listening on -addr (an IP address; RMA_SECRET set): prints \"ready PORT\", serves until stdin ends")
 	merge := flag.Bool("merge", false, "print the rows of the -compare JSON files given as arguments as one table (and with -json, write them all there)")
@@ -308,6 +323,9 @@ func run() int {
 		if c.compare && os.Getenv("RMABENCH_CHILD") == "" {
 			if opts.Size != 2 {
 				return fail("-compare across hosts runs one rank on each of two hosts: RMA_SIZE=2, not %d", opts.Size)
+			}
+			if c.mpich != "" {
+				fmt.Fprintln(os.Stderr, "rmabench: -mpich: MPICH runs in the one-host comparison only")
 			}
 			return crossCompare(ctx, opts, &c)
 		}

@@ -489,3 +489,243 @@ func TestFirstErr(t *testing.T) {
 		t.Errorf("three errors: %v", err)
 	}
 }
+
+// osclat's output in the test VM (mpich/osclat.c, MPICH 4.0.2 on rxe0,
+// 200 iterations), as rank 0 prints it.
+const osclatOut = `# MPICH Version: 4.0.2
+#case #iterations t_min[usec] t_typical[usec] t_avg[usec] 99%_percentile[usec] 99.9%_percentile[usec] t_max[usec]
+fetch_and_op_sum_int64 200 60.890 80.106 87.086 276.854 419.343 419.343
+compare_and_swap_int64 200 59.597 70.225 79.359 378.129 391.460 391.460
+get_8B 200 50.549 65.237 70.202 246.900 289.700 289.700
+put_8B_flush 200 26.319 36.619 39.347 227.764 264.821 264.821
+accumulate_sum_float64_1_flush 200 52.642 63.018 71.256 296.461 450.751 450.751
+get_accumulate_sum_float64_1 200 61.748 72.304 78.205 243.194 469.011 469.011
+`
+
+func TestParseOsclat(t *testing.T) {
+	res, lib, err := parseOsclat([]byte("[proxy:0:0@vm] a line of mpiexec's\n" + osclatOut))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lib != "MPICH Version: 4.0.2" || len(res) != len(mpichCases) {
+		t.Errorf("library %q, %d cases: %v", lib, len(res), res)
+	}
+	for _, m := range mpichCases {
+		if _, ok := res[m.name]; !ok {
+			t.Errorf("no case %s", m.name)
+		}
+	}
+	fa := res["fetch_and_op_sum_int64"]
+	if fa["t_typical[usec]"] != 80.106 || fa["#iterations"] != 200 || fa["t_min[usec]"] != 60.89 || fa["99.9%_percentile[usec]"] != 419.343 || fa["t_max[usec]"] != 419.343 {
+		t.Errorf("fetch_and_op_sum_int64: %v", fa)
+	}
+	if res["put_8B_flush"]["t_typical[usec]"] != 36.619 {
+		t.Errorf("put_8B_flush: %v", res["put_8B_flush"])
+	}
+	bad := strings.Replace(osclatOut, "get_8B 200 50.549 65.237", "get_8B 200 50.549 nan", 1)
+	if _, _, err := parseOsclat([]byte(bad)); err == nil || !strings.Contains(err.Error(), "get_8B") {
+		t.Errorf("nan: %v", err)
+	}
+	if _, _, err := parseOsclat([]byte("Abort(1) on node 0\n")); err == nil {
+		t.Error("no table: no error")
+	}
+	head, _, _ := strings.Cut(osclatOut, "fetch_and_op")
+	if _, _, err := parseOsclat([]byte(head)); err == nil {
+		t.Error("a header alone: no error")
+	}
+}
+
+func TestMPICHRows(t *testing.T) {
+	ts := mpichTargets()
+	if len(ts) != len(mpichCases) {
+		t.Fatalf("%d rows against MPICH, want %d", len(ts), len(mpichCases))
+	}
+	// Each row is ours of the same name against MPICH: the same case of ours.
+	all, n := compareTargets(false)
+	ours := map[string]target{}
+	for _, tg := range all {
+		if _, dup := ours[tg.name]; !dup {
+			ours[tg.name] = tg
+		}
+	}
+	for i, tg := range ts {
+		m := mpichCases[i]
+		o, ok := ours[m.name]
+		if tg.name != m.name+"/mpich" || !ok || tg.kase != o.kase || tg.op != o.op || tg.metric != metricLatency || tg.max != 0 || tg.scale != 0 {
+			t.Errorf("row %s: %+v, ours %+v", tg.name, tg, o)
+		}
+		if got := tg.testName(); got != "MPICH "+m.calls {
+			t.Errorf("row %s compared with %q", tg.name, got)
+		}
+	}
+
+	// Three rounds: ours 40, 30, 35 us for every case; MPICH's osclat
+	// output, scaled by 1, 1.5 and 0.5, and in the third round failed.
+	res, _, err := parseOsclat([]byte(osclatOut))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rounds []round
+	for i, v := range []struct{ ours, scale float64 }{{40, 1}, {30, 1.5}, {35, 0.5}} {
+		rd := newRound()
+		for _, tg := range all {
+			rd.ours[ourKey{tg.kase, tg.mode()}] = result{TypicalUS: v.ours, Iterations: 200}
+			rd.pts[tg.pt.String()] = ptResult{"t_typical[usec]": 20, "BW_average[MB/sec]": 10, "MsgRate[Mpps]": 1}
+		}
+		for _, m := range mpichCases {
+			if i == 2 {
+				rd.refErrs[m.pt().String()] = errors.New("MPICH: mpiexec.mpich osclat: exit status 143")
+				continue
+			}
+			r := ptResult{}
+			for k, x := range res[m.name] {
+				r[k] = x * v.scale
+			}
+			rd.pts[m.pt().String()] = r
+		}
+		rounds = append(rounds, rd)
+	}
+	rows := buildRows(append(all, ts...), n, rounds, 1)
+	byName := map[string]row{}
+	for _, r := range rows {
+		if _, dup := byName[r.Name]; !dup {
+			byName[r.Name] = r
+		}
+	}
+	for _, m := range mpichCases {
+		r, o := byName[m.name+"/mpich"], byName[m.name]
+		want := res[m.name]["t_typical[usec]"] // the median of x1 and x1.5: the lower
+		if r.Ours != 35 || r.Ours != o.Ours || r.Perftest != want || r.Ratio != 35/want || r.Met != nil || r.Target != 0 ||
+			len(r.PerftestRounds) != 2 || r.Error != "MPICH: mpiexec.mpich osclat: exit status 143" || r.PerftestDetail["#iterations"] != 200 {
+			t.Errorf("row %s: %+v (ours %+v)", r.Name, r, o)
+		}
+		if o.Error != "" {
+			t.Errorf("MPICH's failure reached our row %s: %s", o.Name, o.Error)
+		}
+	}
+	if failures(rounds) != 0 {
+		t.Error("MPICH's failure counted as a case of ours")
+	}
+	table := comparisonTable(rows)
+	for _, want := range []string{"get_accumulate_sum_float64_1/mpich", "MPICH MPI_Get(8 B) + MPI_Win_flush", "mpich: against MPICH", "a round failed: MPICH: mpiexec.mpich"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("table lacks %q:\n%s", want, table)
+		}
+	}
+
+	// No run succeeded: no figure, no ratio, and the reason.
+	for i := range rounds {
+		for _, m := range mpichCases {
+			delete(rounds[i].pts, m.pt().String())
+			rounds[i].refErrs[m.pt().String()] = errors.New("MPICH: mpiexec.mpich: executable file not found in $PATH (apt-get install mpich)")
+		}
+	}
+	rows = buildRows(ts, 0, rounds, 1)
+	for _, r := range rows {
+		if r.Perftest != 0 || r.Ratio != 0 || r.Ours != 35 || !strings.Contains(r.Error, "apt-get install mpich") {
+			t.Errorf("row %s with MPICH missing: %+v", r.Name, r)
+		}
+	}
+}
+
+func TestMPICHEnv(t *testing.T) {
+	env := mpichEnv([]string{"PATH=/bin", "UCX_TLS=rc_verbs,self", "UCX_NET_DEVICES=mlx5_0:1"}, "rxe0", 1, 3)
+	got := map[string]string{}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		got[k] = v // the last one wins, as in exec
+	}
+	for k, want := range map[string]string{"PATH": "/bin", "UCX_TLS": "rc_verbs,self", "UCX_NET_DEVICES": "rxe0:1", "UCX_IB_GID_INDEX": "3",
+		"UCX_UD_VERBS_ETH_DGID_CHECK": "n", "MPIR_CVAR_NOLOCAL": "1"} {
+		if got[k] != want {
+			t.Errorf("%s=%q, want %q (%v)", k, got[k], want, env)
+		}
+	}
+}
+
+// TestRunMPICH runs osclat through a stand-in for mpiexec.mpich, a shell
+// script that checks its arguments and environment and prints what the
+// file beside osclat holds.
+func TestRunMPICH(t *testing.T) {
+	dir := t.TempDir()
+	osclat := filepath.Join(dir, "osclat")
+	mpiexec := `#!/bin/sh
+[ "$1 $2 $3 $4 $6 $7 $8 $9" = "-launcher fork -n 2 -n 300 -w 30" ] || { echo "arguments: $*" >&2; exit 3; }
+[ "$UCX_NET_DEVICES $UCX_IB_GID_INDEX $UCX_TLS" = "rxe0:1 1 rc_verbs,ud_verbs,self" ] || { echo "environment: $UCX_NET_DEVICES $UCX_IB_GID_INDEX $UCX_TLS" >&2; exit 4; }
+cat "$5.out"
+[ -e "$5.hang" ] && sleep 30
+[ -e "$5.fail" ] && { echo "[vm:238  :0:238]       ud_ep.c:276  Fatal: UD endpoint 0x55d0 to <no debug data>: unhandled timeout error" >&2; echo "==== backtrace (tid:    238) ====" >&2; exit 143; }
+exit 0
+`
+	for name, text := range map[string]string{"mpiexec.mpich": mpiexec, "osclat": "", "osclat.out": osclatOut} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("PATH", dir+":"+os.Getenv("PATH"))
+	t.Setenv("UCX_TLS", "")
+	os.Unsetenv("UCX_TLS")
+	ctx := context.Background()
+	res, lib, err := runMPICH(ctx, osclat, "rxe0", 1, 1, 300, 30)
+	if err != nil || lib != "MPICH Version: 4.0.2" || res["get_8B"]["t_typical[usec]"] != 65.237 {
+		t.Fatalf("runMPICH: %v, %q, %v", err, lib, res)
+	}
+
+	// measureMPICH keeps the figures of a round, or why there are none.
+	b := &bench{c: &config{mpich: osclat, warmup: 30}, prog: newProgress(false)}
+	rd := newRound()
+	b.measureMPICH(ctx, "rxe0", 1, 1, 300, &rd)
+	if len(rd.refErrs) != 0 || len(rd.pts) != len(mpichCases) || b.mpichLib != "MPICH Version: 4.0.2" ||
+		rd.pts[mpichCases[0].pt().String()]["t_typical[usec]"] != 80.106 {
+		t.Errorf("a round: %v, %v, %q", rd.pts, rd.refErrs, b.mpichLib)
+	}
+	if err := os.WriteFile(osclat+".fail", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := runMPICH(ctx, osclat, "rxe0", 1, 1, 300, 30); err == nil || !strings.Contains(err.Error(), "exit status 143") || !strings.Contains(firstLine(err), "exit status 143: [vm:238 :0:238] ud_ep.c:276 Fatal: UD endpoint 0x55d0 to <no debug data>: unhandled timeout error") {
+		t.Errorf("a failed run: %v", err)
+	}
+	for _, c := range []struct {
+		path, hung, want string
+	}{
+		{osclat, "", "MPICH: mpiexec.mpich " + osclat + ": exit status 143: [vm:238 :0:238] ud_ep.c:276 Fatal: UD endpoint"},
+		{filepath.Join(dir, "none"), "", "apt-get install mpich libmpich-dev"},
+		{osclat, "not run: an earlier run was killed", "MPICH: not run: an earlier run was killed"},
+	} {
+		b := &bench{c: &config{mpich: c.path, warmup: 30}, prog: newProgress(false)}
+		if c.hung != "" {
+			b.mpichHung = errors.New(c.hung)
+		}
+		rd := newRound()
+		b.measureMPICH(ctx, "rxe0", 1, 1, 300, &rd)
+		for _, m := range mpichCases {
+			if err := rd.refErrs[m.pt().String()]; err == nil || !strings.Contains(err.Error(), c.want) || rd.pts[m.pt().String()] != nil {
+				t.Errorf("%s (hung %q): case %s: %v", c.path, c.hung, m.name, err)
+			}
+		}
+	}
+
+	// A run that outlives its limit is killed, its rank processes with it,
+	// and the later rounds run none.
+	defer func(d time.Duration) { mpichLimit = d }(mpichLimit)
+	mpichLimit = 200 * time.Millisecond
+	if err := os.WriteFile(osclat+".hang", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b = &bench{c: &config{mpich: osclat, warmup: 30}, prog: newProgress(false)}
+	began := time.Now()
+	for i := 0; i < 2; i++ {
+		rd := newRound()
+		b.measureMPICH(ctx, "rxe0", 1, 1, 300, &rd)
+		want := "MPICH: mpiexec.mpich " + osclat + ": killed on its time limit (200ms)"
+		if i == 1 {
+			want = "MPICH: not run: an earlier run was killed on its time limit"
+		}
+		if err := rd.refErrs[mpichCases[0].pt().String()]; err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("round %d of a run that hangs: %v, want %q", i+1, err, want)
+		}
+	}
+	if d := time.Since(began); d > 10*time.Second {
+		t.Errorf("a run that hangs took %v", d)
+	}
+}
