@@ -89,9 +89,9 @@ type Client struct {
 	wcs      [8]verbs.WC
 	posting  [maxLanes]verbs.SendWR // the work requests postPending posts
 	nudged   bool                   // a lane's caller was woken since the poller last yielded
-	scratch  core.Scratch       // the compare-and-swap loops' operands
-	cas      [64]byte           // an engine compare-and-swap: compare, then origin
-	discard  [maxFetchData]byte // old values: of an abandoned request, of a piece of GetAccumulateTo
+	scratch  core.Scratch           // the compare-and-swap loops' operands
+	cas      [64]byte               // an engine compare-and-swap: compare, then origin
+	discard  [maxFetchData]byte     // old values: of an abandoned request, of a piece of GetAccumulateTo
 }
 
 // Layout of Client.buf.

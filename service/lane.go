@@ -19,18 +19,21 @@ import (
 // carries out, a Put or Get of at most laneData bytes) or one message to
 // the server's engine (an accumulate-family call whose message fits
 // the lane's slot; at most engineLanes at once, the server's bound) takes
-// a free lane, posts its work request with the lane's slot of the
+// a free lane, writes its work request with the lane's slot of the
 // registered buffer as source or destination and the lane in its id (an
 // engine message's sequence number names the lane too, so that its reply
-// finds it), and waits without
-// holding the client's mu: any number of lanes are in flight at once, up
-// to maxLanes, as many as the connection's send queue has room for beside
-// the other calls. Completions come on the client's one CQ, which only
-// the holder of mu polls; complete marks the lane done and wakes its
-// caller. A lane caller that finds mu free takes it and polls (spinning a
-// while, then sleeping on the completion channel, as the other calls do)
-// until its own lane is done; one that finds mu taken parks until its lane
-// is done or mu's holder, leaving, hands it the polling (callMu.Unlock).
+// finds it), enqueues it (toPost), and waits without holding the
+// client's mu: any number of lanes are in flight at once, up to maxLanes,
+// as many as the connection's send queue has room for beside the other
+// calls. The holder of mu posts every work request enqueued with one
+// PostList, one doorbell for all, only the last one signalled (laneDone),
+// then polls the client's one CQ; complete marks the lanes done and wakes
+// their callers, and the poller yields its P to them. A lane caller that
+// finds mu free takes it, posts and polls (spinning a while, then
+// sleeping on the completion channel, as the other calls do, woken by a
+// work request enqueued) until its own lane is done; one that finds mu
+// taken parks until its lane is done or mu's holder, leaving, hands it
+// the polling (callMu.Unlock).
 //
 // A lane call does not wait for the calls under mu, nor they for it: calls
 // of different goroutines are not ordered, as on a group window. It takes
@@ -66,13 +69,13 @@ type lane struct {
 	// the completions still to come (its send's and its reply's; the lane
 	// is done when both came), and the reply, written under mu before
 	// done is set.
-	seq      atomic.Uint32
-	events   atomic.Int32
+	seq    atomic.Uint32
+	events atomic.Int32
 	// Under mu: its work request is posted and its completion not
 	// counted yet; and, for the signalled last of a list, the list's
 	// other lanes (laneDone).
-	posted bool
-	list   uint32
+	posted   bool
+	list     uint32
 	replyLen int
 	reply    [maxReply]byte
 }

@@ -28,4 +28,12 @@
 // what was needed and the fix: a device file that Open cannot open
 // read-write, or RLIMIT_MEMLOCK refusing a RegisterMR; CheckAccess makes
 // the same checks up front (limits.go, without cgo).
+//
+// The stand-in NIC: built with the tag standin, the package's calls go to
+// standin.c instead of libibverbs, a device in the process's memory that
+// carries out each work request while it is posted (or, with
+// RMA_STANDIN_DELAY_NS, makes its completion visible that much later), so
+// that what a benchmark times is the software above the verbs (package
+// internal/swbench). It is for timing only; it moves no byte between
+// processes.
 package verbs

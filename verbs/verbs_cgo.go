@@ -709,5 +709,5 @@ func postRecv(p unsafe.Pointer, wrID uint64, l Local) error {
 	return nil
 }
 
-var _ = [1]struct{}{}[wcSize-int(unsafe.Sizeof(WC{}))] // WC matches struct gowc
+var _ = [1]struct{}{}[wcSize-int(unsafe.Sizeof(WC{}))]                   // WC matches struct gowc
 var _ = [1]struct{}{}[C.sizeof_struct_gowr-int(unsafe.Sizeof(SendWR{}))] // SendWR matches struct gowr
