@@ -28,6 +28,7 @@ test:
 	@MAKE="$(MAKE)" bash hack/stages.sh deps unit nocgo fuzz integration consumer twohost
 
 unit: deps
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt -w these files: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags integration ./test
 	$(GO) run $(STATICCHECK) ./...
