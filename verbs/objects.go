@@ -643,15 +643,15 @@ func (qp *QP) PostReadPoll(wrID uint64, l Local, raddr uint64, rkey uint32, flag
 
 // SendWR is one work request of PostList.
 type SendWR struct {
-	WRID  uint64
-	Local Local // the source of a WRITE or SEND, where a READ or an atomic's old value lands
-	RAddr uint64
+	WRID  uint64 // reported by its completion
+	Local Local  // the source of a WRITE or SEND, where a READ or an atomic's old value lands
+	RAddr uint64 // the remote address of a WRITE, READ or atomic
 	// A is a fetch-and-add's addend, or a compare-and-swap's compare
 	// value, with B its swap value.
 	A, B  uint64
-	RKey  uint32
-	Op    SendOp
-	Flags SendFlags
+	RKey  uint32    // the remote key of a WRITE, READ or atomic
+	Op    SendOp    // what it does
+	Flags SendFlags // SendSignaled: it completes with a completion of its own
 }
 
 // SendOp is what a SendWR does (C: enum ibv_wr_opcode).
