@@ -1347,3 +1347,41 @@ func TestClientAuthenticate(t *testing.T) {
 		t.Errorf("with the connection failing: %v, want ErrPeerLost, said to be before authenticating", err)
 	}
 }
+
+// TestLaneCutBeforePost: a lane Put whose context ends while its work
+// request is still enqueued (mu's holder has not posted it) sends
+// nothing. Posted later, in one list with its caller's next Put on a
+// lower lane, it would land after it and overwrite it.
+func TestLaneCutBeforePost(t *testing.T) {
+	fs := newFakeServer(t, 4096)
+	c, _ := fs.client(t, AccessAll, 4096)
+	w := open(t, c)
+	first, second := pattern(64, 1), pattern(64, 2)
+	low := c.takeLane() // lane 0 busy: the cut Put takes a higher one
+	c.mu.Lock()         // a holder of mu that posts nothing for now
+	ctx, cancel := context.WithCancel(context.Background())
+	cut := make(chan error, 1)
+	go func() { cut <- w.Put(ctx, first, 0) }()
+	for c.toPost.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	time.Sleep(10 * time.Millisecond) // the cut Put waits for mu to give its lane up
+	c.mu.Unlock()
+	if err := <-cut; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cut Put: %v, want context.Canceled", err)
+	}
+	c.putLane(low)
+	if err := w.Put(context.Background(), second, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := fs.mem(0, 64); string(got) != string(second) {
+		t.Fatalf("after a cut Put and then a Put, the window holds %x, want the second Put's %x", got, second)
+	}
+	if free := c.free.Load(); free != 1<<maxLanes-1 {
+		t.Fatalf("free lanes %#x after both Puts, want all", free)
+	}
+}

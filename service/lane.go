@@ -512,16 +512,42 @@ func (c *Client) laneResult(l *lane) error {
 }
 
 // abandon leaves lane i in flight for laneDone to free, and returns err.
+//
+// A lane whose work request is still enqueued is taken back instead, and
+// freed: the call sends nothing, as one whose context ended before it
+// began. Posted later, after its caller's next call, it could overwrite
+// what that call wrote.
 func (c *Client) abandon(l *lane, i int, err error) error {
 	c.mu.Lock()
-	if l.isDone() {
-		l.seq.Store(0)
-		c.putLane(i)
-	} else {
+	switch {
+	case l.isDone():
+	case c.unqueue(uint32(1) << i):
+		if l.seq.Load() != 0 {
+			c.engines.Add(-1)
+		}
+	default:
 		l.abandoned = true
+		c.mu.Unlock()
+		return err
 	}
+	l.seq.Store(0)
+	c.putLane(i)
 	c.mu.Unlock()
 	return err
+}
+
+// unqueue takes bit out of toPost, reporting whether it was there (its
+// work request not posted); mu is held, so no poster takes it meanwhile.
+func (c *Client) unqueue(bit uint32) bool {
+	for {
+		p := c.toPost.Load()
+		if p&bit == 0 {
+			return false
+		}
+		if c.toPost.CompareAndSwap(p, p&^bit) {
+			return true
+		}
+	}
 }
 
 // laneDone records the completion of lane i's work request; mu is held.
