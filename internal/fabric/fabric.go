@@ -112,10 +112,15 @@ type Fabric struct {
 	chunkOff  int
 	maxInline int
 
-	slots    []slot
-	slotMu   sync.Mutex
-	freeList []uint32     // free slots, a stack (the last freed is reused first)
-	nfree    atomic.Int32 // len(freeList), readable without slotMu
+	slots []slot
+	// The free slots, a stack (the last freed is reused first) without a
+	// lock: freeHead holds the top slot's index + 1 (0: empty) in its low
+	// 32 bits and, above, a count of its changes, so that a stale top
+	// cannot be swapped back in (ABA); freeNext[i] is the index + 1 of
+	// the slot under slot i. nfree counts them, a hint for waiters.
+	freeHead atomic.Uint64
+	freeNext []atomic.Uint32
+	nfree    atomic.Int32
 	// failReply: a test's count of replies to lose (FailReplies).
 	failReply  atomic.Int32
 	freeChunks chan uint32

@@ -71,16 +71,10 @@ func (f *Fabric) takeSlot(ctx context.Context, rank int, async bool) (uint32, er
 
 // tryAcquireSlot takes a free slot if there is one.
 func (f *Fabric) tryAcquireSlot(rank int, async bool) (uint32, bool) {
-	f.slotMu.Lock()
-	k := len(f.freeList)
-	if k == 0 {
-		f.slotMu.Unlock()
+	id, ok := f.popSlot()
+	if !ok {
 		return 0, false
 	}
-	id := f.freeList[k-1]
-	f.freeList = f.freeList[:k-1]
-	f.nfree.Add(-1)
-	f.slotMu.Unlock()
 	s := &f.slots[id]
 	s.state.Store(slotBusy)
 	s.async, s.msg, s.redo, s.peer, s.chunk, s.reply, s.conn, s.err = async, false, false, int32(rank), -1, -1, nil, nil
@@ -99,11 +93,36 @@ func (f *Fabric) releaseSlot(id uint32) {
 	}
 	s.conn = nil
 	s.state.Store(slotFree)
-	f.slotMu.Lock()
-	f.freeList = append(f.freeList, id)
-	f.nfree.Add(1)
-	f.slotMu.Unlock()
+	f.pushSlot(id)
 	f.wakePoller()
+}
+
+// popSlot takes the free slot on top of the stack, if there is one.
+func (f *Fabric) popSlot() (uint32, bool) {
+	for {
+		h := f.freeHead.Load()
+		top := uint32(h)
+		if top == 0 {
+			return 0, false
+		}
+		next := f.freeNext[top-1].Load()
+		if f.freeHead.CompareAndSwap(h, (h>>32+1)<<32|uint64(next)) {
+			f.nfree.Add(-1)
+			return top - 1, true
+		}
+	}
+}
+
+// pushSlot puts slot id on top of the stack of free slots.
+func (f *Fabric) pushSlot(id uint32) {
+	for {
+		h := f.freeHead.Load()
+		f.freeNext[id].Store(uint32(h))
+		if f.freeHead.CompareAndSwap(h, (h>>32+1)<<32|uint64(id+1)) {
+			f.nfree.Add(1)
+			return
+		}
+	}
 }
 
 // posting records that slot id is about to be posted on c to p's rank.
@@ -180,13 +199,12 @@ func (f *Fabric) atomicResult(id uint32) uint64 {
 // waits on yet cannot starve the blocking calls.
 func (f *Fabric) initSlots(n, chunks int) {
 	f.slots = make([]slot, n)
-	f.freeList = make([]uint32, 0, n)
+	f.freeNext = make([]atomic.Uint32, n)
 	for i := range f.slots {
 		f.slots[i].wake = make(chan struct{}, 1)
 		f.slots[i].chunk = -1
 		f.slots[i].reply = -1
-		f.freeList = append(f.freeList, uint32(i))
-		f.nfree.Add(1)
+		f.pushSlot(uint32(i))
 	}
 	f.freeChunks = make(chan uint32, chunks)
 	for i := 0; i < chunks; i++ {

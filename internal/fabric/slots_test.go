@@ -3,6 +3,9 @@ package fabric
 import (
 	"context"
 	"errors"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -210,5 +213,50 @@ func TestAcquireSlotPeer(t *testing.T) {
 	id, err := f.acquireSlot(context.Background(), 1, false)
 	if err != nil || f.slots[id].peer != 1 {
 		t.Errorf("acquireSlot once connected: slot %d of rank %d, %v", id, f.slots[id].peer, err)
+	}
+}
+
+// TestSlotStack: goroutines that take and free slots at once never hold
+// the same slot together, and every slot is free at the end.
+func TestSlotStack(t *testing.T) {
+	f := newTestFabric(t, fabOpts{slots: 4})
+	var held [4]atomic.Int32
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 5000; i++ {
+				id, ok := f.popSlot()
+				if !ok {
+					runtime.Gosched()
+					continue
+				}
+				if n := held[id].Add(1); n != 1 {
+					t.Errorf("slot %d held %d times at once", id, n)
+					return
+				}
+				held[id].Add(-1)
+				f.pushSlot(id)
+			}
+		}()
+	}
+	wg.Wait()
+	seen := map[uint32]bool{}
+	for {
+		id, ok := f.popSlot()
+		if !ok {
+			break
+		}
+		if seen[id] {
+			t.Fatalf("slot %d twice in the stack", id)
+		}
+		seen[id] = true
+	}
+	if len(seen) != 4 || f.nfree.Load() != 0 {
+		t.Fatalf("%d slots in the stack at the end (nfree then %d), want 4", len(seen), f.nfree.Load())
+	}
+	for id := range seen {
+		f.pushSlot(id)
 	}
 }
