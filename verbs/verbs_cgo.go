@@ -246,19 +246,11 @@ struct gowr {
 // out. It returns how many it posted in the high 32 bits, and in the low
 // 32 the completions polled, or -1000-errno if the post failed (the ones
 // before the failing one are posted).
-static int64_t go_post_list_(struct ibv_qp *qp, const struct gowr *in, int n, int *posted,
-		struct ibv_cq *cq, struct gowc *out, int m);
 static int64_t go_post_list(struct ibv_qp *qp, const struct gowr *in, int n, struct ibv_cq *cq, struct gowc *out, int m) {
-	int posted = 0;
-	int64_t r = go_post_list_(qp, in, n, &posted, cq, out, m);
-	return (int64_t)posted << 32 | (uint32_t)(int32_t)r;
-}
-static int64_t go_post_list_(struct ibv_qp *qp, const struct gowr *in, int n, int *posted,
-		struct ibv_cq *cq, struct gowc *out, int m) {
 	struct ibv_sge sge[32];
 	struct ibv_send_wr wr[32], *bad = NULL;
 	if (n > 32) n = 32;
-	*posted = 0;
+	int64_t posted = 0;
 	if (n > 0) {
 		memset(wr, 0, n * sizeof wr[0]);
 		for (int i = 0; i < n; i++) {
@@ -284,12 +276,12 @@ static int64_t go_post_list_(struct ibv_qp *qp, const struct gowr *in, int n, in
 		}
 		int r = ibv_post_send(qp, wr, &bad);
 		if (r != 0) {
-			*posted = bad ? (int)(bad - wr) : 0;
-			return -1000 - r;
+			posted = bad ? bad - wr : 0;
+			return posted << 32 | (uint32_t)(-1000 - r);
 		}
-		*posted = n;
+		posted = n;
 	}
-	return cq ? go_poll_cq(cq, out, m) : 0;
+	return posted << 32 | (uint32_t)(cq ? go_poll_cq(cq, out, m) : 0);
 }
 
 // go_post_inline posts a WRITE or SEND whose payload is copied by the provider
