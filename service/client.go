@@ -92,6 +92,12 @@ type Client struct {
 	scratch  core.Scratch           // the compare-and-swap loops' operands
 	cas      [64]byte               // an engine compare-and-swap: compare, then origin
 	discard  [maxFetchData]byte     // old values: of an abandoned request, of a piece of GetAccumulateTo
+
+	// The rkeys of the windows opened, by the handle a Window holds
+	// (they change when the session is resumed); and what resume.go
+	// needs to resume the session.
+	rkeys []uint32
+	resumeState
 }
 
 // Layout of Client.buf.
@@ -103,6 +109,8 @@ const (
 	// Then, from a page, ClientConfig.StagingSize bytes, then a slot per
 	// lane.
 	stagingOff = (recvOff + clientRecv*recvSize + 4095) &^ 4095
+	// Then a slot per lane (laneOff), then resumeLen bytes for the
+	// messages of a resumption (resume.go).
 
 	recvTag   = 1 << 63 // marks receive work request ids
 	spinPolls = 64      // CQ polls before sleeping on the channel
@@ -201,13 +209,12 @@ func Dial(ctx context.Context, addr string, cfg ClientConfig) (c *Client, err er
 		return nil, err
 	}
 	c.vqp.SetMinRNRTimer(12)
-	wctx, cancel := context.WithCancel(context.Background())
-	c.wcancel, c.wdone = cancel, make(chan struct{})
-	go c.watch(wctx)
+	c.startWatch()
 	if err = c.authenticate(ctx, &cNonce, &sNonce); err != nil {
 		c.id.Disconnect()
 		return nil, err
 	}
+	c.reconnect, c.breakQP = c.redial, func() { c.vqp.SetError() }
 	return c, nil
 }
 
@@ -231,7 +238,7 @@ func (c *Client) setUp() error {
 	if c.vcq, err = c.dev.CreateCQ(sendDepth+clientRecv, c.vcc); err != nil {
 		return err
 	}
-	if c.buf, err = verbs.Alloc(c.laneOff() + laneData*maxLanes); err != nil {
+	if c.buf, err = verbs.Alloc(c.resumeOff() + resumeLen); err != nil {
 		return err
 	}
 	if c.vmr, err = c.pd.RegisterMR(c.buf, verbs.AccessLocalWrite); err != nil {
@@ -250,6 +257,7 @@ func (c *Client) setUp() error {
 // useQP takes c.vqp, made on c.vcq, for its calls, and posts its receives.
 func (c *Client) useQP() error {
 	c.cc, c.cq, c.qp, c.mr = c.vcc, c.vcq, verbsQP{c.vqp}, c.vmr
+	c.qpn = c.vqp.Num()
 	for i := 0; i < clientRecv; i++ {
 		if err := c.qp.PostRecv(recvTag|uint64(i), c.mr.Local(recvOff+i*recvSize, recvSize)); err != nil {
 			return err
@@ -258,12 +266,93 @@ func (c *Client) useQP() error {
 	return nil
 }
 
+// startWatch starts watch on c.id.
+func (c *Client) startWatch() {
+	wctx, cancel := context.WithCancel(context.Background())
+	c.wcancel, c.wdone = cancel, make(chan struct{})
+	go c.watch(c.id, wctx)
+}
+
+// stopWatch stops watch.
+func (c *Client) stopWatch() {
+	if c.wcancel != nil {
+		c.wcancel()
+		<-c.wdone
+		c.wcancel = nil
+	}
+}
+
+// redial connects to the server again on a new QP, which the calls then
+// use, and returns the handshake's nonces (resumeState.reconnect). The
+// failed QP and its connection go once the session is resumed on the new
+// one: their disconnect must not reach the server before.
+func (c *Client) redial(ctx context.Context) (cNonce, sNonce [nonceLen]byte, err error) {
+	id, err := c.ch.CreateID()
+	if err != nil {
+		return cNonce, sNonce, err
+	}
+	var qp *verbs.QP
+	defer func() {
+		if err != nil {
+			if qp != nil {
+				qp.Close()
+			}
+			id.Close()
+		}
+	}()
+	if err = id.ResolveAddr(ctx, netip.Addr{}, c.addr); err != nil {
+		return cNonce, sNonce, err
+	}
+	if err = id.ResolveRoute(ctx); err != nil {
+		return cNonce, sNonce, err
+	}
+	if err = id.SetAckTimeout(c.cfg.AckTimeout); err != nil {
+		return cNonce, sNonce, err
+	}
+	if qp, err = id.CreateQP(c.pd, verbs.QPConfig{SendCQ: c.vcq, RecvCQ: c.vcq, MaxSendWR: sendDepth, MaxRecvWR: clientRecv}); err != nil {
+		return cNonce, sNonce, err
+	}
+	if _, err = rand.Read(cNonce[:]); err != nil {
+		return cNonce, sNonce, err
+	}
+	ev, err := id.Connect(ctx, verbs.ConnParam{PrivateData: appendHello(nil, &cNonce)})
+	if err != nil {
+		return cNonce, sNonce, err
+	}
+	if sNonce, err = parseHello(ev.PrivateData); err != nil {
+		id.Disconnect()
+		return cNonce, sNonce, err
+	}
+	qp.SetMinRNRTimer(12)
+	c.stopWatch()
+	c.stale = append(c.stale, c.vqp, c.id)
+	c.id, c.vqp = id, qp
+	c.qp, c.qpn = verbsQP{qp}, qp.Num()
+	c.startWatch()
+	return cNonce, sNonce, nil
+}
+
+// dropStale destroys the QPs and connections the session left.
+func (c *Client) dropStale() {
+	for _, o := range c.stale {
+		switch o := o.(type) {
+		case *verbs.QP:
+			o.Close()
+		case *verbs.CMID:
+			o.Disconnect()
+			o.Close()
+		}
+	}
+	clear(c.stale)
+	c.stale = c.stale[:0]
+}
+
 // watch waits for the connection manager's events: a disconnect (the
 // server closed, died or dropped the connection) fails every call.
-func (c *Client) watch(ctx context.Context) {
+func (c *Client) watch(id *verbs.CMID, ctx context.Context) {
 	defer close(c.wdone)
 	for {
-		ev, err := c.id.Event(ctx)
+		ev, err := id.Event(ctx)
 		if err != nil {
 			return
 		}
@@ -278,7 +367,7 @@ func (c *Client) authenticate(ctx context.Context, cNonce, sNonce *[nonceLen]byt
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.nextSeq()
-	n := putAuth(c.buf[sendOff:], c.seq, c.cfg.Secret, sNonce, cNonce, c.probeAddr, c.probeKey, c.cfg.Name)
+	n := putAuth(c.buf[sendOff:], c.seq, c.cfg.Secret, sNonce, cNonce, c.probeAddr, c.probeKey, &session{}, c.cfg.Name)
 	if err := c.request(ctx, n); err != nil {
 		if errors.Is(err, verbs.ErrPeerLost) {
 			return fmt.Errorf("service: the server dropped the connection before authenticating it: %w", err)
@@ -289,18 +378,19 @@ func (c *Client) authenticate(ctx context.Context, cNonce, sNonce *[nonceLen]byt
 	case msgAuthFail:
 		return fmt.Errorf("%w: the server refused the client's proof (the secrets differ)", ErrAuth)
 	case msgAuthOK:
-		addr, rkey, ok := parseAuthOK(c.reply[:c.replyLen], c.cfg.Secret, cNonce, sNonce)
+		r, ok := parseAuthOK(c.reply[:c.replyLen], c.cfg.Secret, cNonce, sNonce)
 		if !ok {
 			return fmt.Errorf("%w: the server's proof is wrong (the secrets differ)", ErrAuth)
 		}
+		c.session = r.session
 		switch {
 		case !c.atomics:
-		case rkey == 0:
+		case r.rkey == 0:
 			c.atomics, c.noNIC = false, fmt.Errorf("service: %w: the server's device has no remote atomics", verbs.ErrNotSupported)
 		default:
 			// Calls whose NIC atomics would not be in host byte order
 			// take the server's engine instead.
-			err := probeOrder(ctx, (*clientNIC)(c), addr, rkey)
+			err := probeOrder(ctx, (*clientNIC)(c), r.addr, c.addKey(r.rkey))
 			if !errors.Is(err, verbs.ErrNotSupported) {
 				return err
 			}
@@ -344,10 +434,11 @@ func (c *Client) request(ctx context.Context, n int) error {
 // send posts the request of n bytes at sendOff; its reply carries c.seq.
 func (c *Client) send(n int) error {
 	c.posted++
-	if err := c.qp.PostSend(c.posted, c.mr.Local(sendOff, n), verbs.SendSignaled); err != nil {
+	if err := c.post(verbs.SendWR{WRID: c.posted, Local: c.mr.Local(sendOff, n), Op: verbs.OpSend, Flags: verbs.SendSignaled}); err != nil {
 		c.posted--
 		return err
 	}
+	c.sentLen = n
 	return nil
 }
 
@@ -379,9 +470,11 @@ func (c *Client) Open(ctx context.Context, name string) (*Window, error) {
 		// that waits allocates nothing.
 		t := time.NewTimer(time.Hour)
 		t.Stop()
-		return &Window{c: c, addr: r.addr, rkey: r.rkey, id: r.id, size: int(r.size), access: Access(r.flags>>accessShift) & AccessAll,
+		w := &Window{c: c, name: name, addr: r.addr, rkey: c.addKey(r.rkey), id: r.id, size: int(r.size), access: Access(r.flags>>accessShift) & AccessAll,
 			policy: atomics.DefaultPolicy(c.atomics && r.flags&flagAtomics != 0),
-			lw:     lockWait{ch: make(chan struct{}, 1), timer: t}}, nil
+			lw:     lockWait{ch: make(chan struct{}, 1), timer: t}}
+		c.wins = append(c.wins, w)
+		return w, nil
 	case msgOpenErr:
 		if c.replyLen == openErrLen && c.reply[headerLen] == openUnknown {
 			return nil, fmt.Errorf("%w: %q", ErrUnknownWindow, name)
@@ -428,10 +521,8 @@ func (c *Client) Close() error {
 // release frees what Dial made, in reverse order; c.mu is held or the
 // client was never returned.
 func (c *Client) release() error {
-	if c.wcancel != nil {
-		c.wcancel()
-		<-c.wdone
-	}
+	c.stopWatch()
+	c.dropStale()
 	var errs []error
 	add := func(err error) {
 		if err != nil {
@@ -502,7 +593,9 @@ func (c *Client) begin(ctx context.Context) error {
 		c.setQuiet()
 	}
 	if c.done < c.posted {
-		return c.wait(ctx, c.posted, 0)
+		if err := c.wait(ctx, c.posted, 0); err != nil && !errors.Is(err, verbs.ErrOutcomeUnknown) {
+			return err // that of an abandoned call is not this one's
+		}
 	}
 	return nil
 }
@@ -525,12 +618,17 @@ var errDisconnected = errors.New("the server disconnected")
 // wait waits until send work request wr has completed and, if reply is
 // not 0, the reply to request reply has arrived. c.mu is held.
 func (c *Client) wait(ctx context.Context, wr uint64, reply uint32) error {
-	return c.waitFor(ctx, reply, func() bool {
+	err := c.waitFor(ctx, reply, func() bool {
 		if reply != 0 {
 			return c.replySeq == reply
 		}
 		return c.done >= wr
 	})
+	if err == nil && reply == 0 && c.unknown != 0 && c.unknown == wr {
+		c.unknown = 0
+		return fmt.Errorf("service: the connection failed before the NIC atomic's completion: %w", verbs.ErrOutcomeUnknown)
+	}
+	return err
 }
 
 // waitLanes waits until no lane abandoned by its caller is in flight.
@@ -561,12 +659,11 @@ func (c *Client) waitFor(ctx context.Context, reply uint32, cond func() bool) er
 		if c.err != nil {
 			return c.err
 		}
-		if reply == 0 && cond() {
+		if reply == 0 && cond() && !c.broken {
 			return nil
 		}
-		if c.lost.Load() {
-			c.fail(errDisconnected)
-			return c.err
+		if err := c.mend(ctx); err != nil {
+			return err
 		}
 		if c.closing.Load() {
 			return ErrClosed
@@ -604,6 +701,19 @@ func (c *Client) waitFor(ctx context.Context, reply uint32, cond func() bool) er
 
 // complete handles one completion; c.mu is held.
 func (c *Client) complete(wc *verbs.WC) {
+	if wc.QPNum != c.qpn {
+		return // of a QP the session left
+	}
+	if wc.Err() != nil && c.resumable() {
+		c.breakAt(wc)
+		return
+	}
+	if wc.WRID&resumeTag != 0 {
+		return
+	}
+	if wc.WRID&recvTag == 0 {
+		c.retire(wc.WRID)
+	}
 	if wc.WRID&laneTag != 0 {
 		c.laneDone(int(wc.WRID&^laneTag), wc.Err())
 		return
@@ -625,7 +735,7 @@ func (c *Client) complete(wc *verbs.WC) {
 	}
 	off := recvOff + i*recvSize
 	msg := c.buf[off : off+int(wc.ByteLen)]
-	if _, seq, ok := header(msg); ok && !c.laneReply(seq, msg) && !c.answered(seq, msg) && seq == c.seq && c.replySeq != seq {
+	if _, seq, ok := header(msg); ok && !c.handshakeReply(seq, msg) && !c.laneReply(seq, msg) && !c.answered(seq, msg) && seq == c.seq && c.replySeq != seq {
 		c.replyLen = copy(c.reply[:], msg)
 		c.replySeq = seq
 	}
@@ -655,7 +765,7 @@ func (c *Client) write(ctx context.Context, src []byte, raddr uint64, rkey uint3
 func (c *Client) postWrite(src []byte, raddr uint64, rkey uint32) (int, error) {
 	n := copy(c.buf[stagingOff:stagingOff+c.cfg.StagingSize], src)
 	c.posted++
-	if err := c.qp.PostWrite(c.posted, c.mr.Local(stagingOff, n), raddr, rkey, verbs.SendSignaled); err != nil {
+	if err := c.post(verbs.SendWR{WRID: c.posted, Local: c.mr.Local(stagingOff, n), RAddr: raddr, RKey: rkey, Op: verbs.OpWrite, Flags: verbs.SendSignaled}); err != nil {
 		c.posted--
 		return 0, err
 	}
@@ -684,7 +794,7 @@ func (c *Client) read(ctx context.Context, dst []byte, raddr uint64, rkey uint32
 func (c *Client) postRead(n int, raddr uint64, rkey uint32) (int, error) {
 	n = min(n, c.cfg.StagingSize)
 	c.posted++
-	if err := c.qp.PostRead(c.posted, c.mr.Local(stagingOff, n), raddr, rkey, verbs.SendSignaled); err != nil {
+	if err := c.post(verbs.SendWR{WRID: c.posted, Local: c.mr.Local(stagingOff, n), RAddr: raddr, RKey: rkey, Op: verbs.OpRead, Flags: verbs.SendSignaled}); err != nil {
 		c.posted--
 		return 0, err
 	}
@@ -708,7 +818,7 @@ func (c *Client) read8(ctx context.Context, raddr uint64, rkey uint32) (uint64, 
 // postRead8 posts an 8-byte READ into resultOff.
 func (c *Client) postRead8(raddr uint64, rkey uint32) error {
 	c.posted++
-	if err := c.qp.PostRead(c.posted, c.mr.Local(resultOff, 8), raddr, rkey, verbs.SendSignaled); err != nil {
+	if err := c.post(verbs.SendWR{WRID: c.posted, Local: c.mr.Local(resultOff, 8), RAddr: raddr, RKey: rkey, Op: verbs.OpRead, Flags: verbs.SendSignaled}); err != nil {
 		c.posted--
 		return err
 	}
@@ -730,7 +840,7 @@ func (c *Client) fetchAdd(ctx context.Context, raddr uint64, rkey uint32, v uint
 // postFetchAdd posts a fetch-and-add whose old value lands at resultOff.
 func (c *Client) postFetchAdd(raddr uint64, rkey uint32, v uint64) error {
 	c.posted++
-	if err := c.qp.PostFetchAdd(c.posted, c.mr.Local(resultOff, 8), raddr, rkey, v, verbs.SendSignaled); err != nil {
+	if err := c.post(verbs.SendWR{WRID: c.posted, Local: c.mr.Local(resultOff, 8), RAddr: raddr, RKey: rkey, A: v, Op: verbs.OpFetchAdd, Flags: verbs.SendSignaled}); err != nil {
 		c.posted--
 		return err
 	}
@@ -740,7 +850,7 @@ func (c *Client) postFetchAdd(raddr uint64, rkey uint32, v uint64) error {
 
 func (c *Client) compareSwap(ctx context.Context, raddr uint64, rkey uint32, compare, swap uint64) (uint64, error) {
 	c.posted++
-	if err := c.qp.PostCompareSwap(c.posted, c.mr.Local(resultOff, 8), raddr, rkey, compare, swap, verbs.SendSignaled); err != nil {
+	if err := c.post(verbs.SendWR{WRID: c.posted, Local: c.mr.Local(resultOff, 8), RAddr: raddr, RKey: rkey, A: compare, B: swap, Op: verbs.OpCompareSwap, Flags: verbs.SendSignaled}); err != nil {
 		c.posted--
 		return 0, err
 	}

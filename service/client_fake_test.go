@@ -101,6 +101,11 @@ type fakeConn struct {
 	broken  bool  // a work request failed: the QP is in the error state
 	lanes   int   // work requests posted by lanes
 	others  int   // the others (receives aside)
+
+	num      uint32 // its QP number, in its completions
+	rkey     uint32 // the window's key on it
+	applyBad bool   // the failing work request is carried out before it fails
+	runOK    int    // with failing set: work requests carried out before the failing one
 }
 
 // client returns a Client on a new fake connection whose opens get access,
@@ -109,10 +114,10 @@ func (fs *fakeServer) client(t *testing.T, access Access, staging int) (*Client,
 	t.Helper()
 	r := &replies{}
 	f := &fakeConn{fs: fs, sc: &sconn{out: r, authed: true, grants: map[uint32]*grant{}}, out: r, access: access,
-		ev: make(chan struct{}, 1)}
+		ev: make(chan struct{}, 1), rkey: fakeRKey}
 	c := &Client{cfg: ClientConfig{StagingSize: staging}, lockSlots: make(chan struct{}, maxLockWaits), atomics: true}
 	c.initLanes()
-	buf, err := verbs.Alloc(c.laneOff() + laneData*maxLanes) // Close frees it
+	buf, err := verbs.Alloc(c.resumeOff() + resumeLen) // Close frees it
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,6 +246,7 @@ func (f *fakeConn) notify() {
 
 // complete queues a completion; fs.mu is held.
 func (f *fakeConn) complete(wc verbs.WC) {
+	wc.QPNum = f.num
 	f.wcs = append(f.wcs, wc)
 	f.notify()
 }
@@ -302,14 +308,31 @@ func (f *fakeConn) run(wr fakeWR) {
 		f.complete(wc)
 		return
 	}
-	if f.failing != verbs.WCSuccess {
+	if f.failing != verbs.WCSuccess && f.runOK > 0 {
+		f.runOK--
+	} else if f.failing != verbs.WCSuccess {
 		wc.Status, f.failing = f.failing, verbs.WCSuccess
+		if f.applyBad { // carried out, its completion lost
+			f.broken = true // its reply, if any, is lost too
+			f.apply(wr, nil)
+		}
 		f.breakQP(wc)
 		return
 	}
+	f.apply(wr, &wc)
+}
+
+// apply carries out wr and completes it with wc (nil: no completion);
+// fs.mu is held.
+func (f *fakeConn) apply(wr fakeWR, wc *verbs.WC) {
+	complete := func() {
+		if wc != nil {
+			f.complete(*wc)
+		}
+	}
 	local := f.c.buf[wr.l.Addr : wr.l.Addr+uint64(wr.l.Len)]
 	if wr.op == verbs.WCSend {
-		f.complete(wc)
+		complete()
 		f.fs.message(f, append([]byte(nil), local...))
 		return
 	}
@@ -318,10 +341,12 @@ func (f *fakeConn) run(wr fakeWR) {
 	if wr.op == verbs.WCFetchAdd || wr.op == verbs.WCCompSwap {
 		n = 8
 	}
-	if wr.rkey != fakeRKey || wr.raddr < fakeBase || wr.raddr-fakeBase > uint64(len(mem)) || uint64(len(mem))-(wr.raddr-fakeBase) < n ||
+	if wr.rkey != f.rkey || wr.raddr < fakeBase || wr.raddr-fakeBase > uint64(len(mem)) || uint64(len(mem))-(wr.raddr-fakeBase) < n ||
 		(n == 8 && wr.op != verbs.WCRDMAWrite && wr.op != verbs.WCRDMARead && (wr.raddr%8 != 0 || wr.l.Len != 8)) {
-		wc.Status = verbs.WCRemAccessErr
-		f.breakQP(wc)
+		if wc != nil {
+			wc.Status = verbs.WCRemAccessErr
+			f.breakQP(*wc)
+		}
 		return
 	}
 	target := mem[wr.raddr-fakeBase : wr.raddr-fakeBase+n]
@@ -341,7 +366,7 @@ func (f *fakeConn) run(wr fakeWR) {
 		}
 		binary.NativeEndian.PutUint64(local, old)
 	}
-	f.complete(wc)
+	complete()
 }
 
 // breakQP completes wc (a failure) and flushes the receives posted; fs.mu
@@ -373,12 +398,12 @@ func (fs *fakeServer) message(f *fakeConn, msg []byte) {
 			reply[headerLen] = openDenied
 			f.out.msgs = append(f.out.msgs, append([]byte(nil), reply[:openErrLen]...))
 		default:
-			f.sc.grants[w.id] = &grant{access: f.access, rkey: fakeRKey}
+			f.sc.grants[w.id] = &grant{access: f.access, rkey: f.rkey}
 			var flags uint8
 			if fs.atomics {
 				flags = flagAtomics
 			}
-			n := putOpenOK(reply[:], seq, openOK{addr: fakeBase, rkey: fakeRKey, id: w.id, size: uint64(len(w.mem)),
+			n := putOpenOK(reply[:], seq, openOK{addr: fakeBase, rkey: f.rkey, id: w.id, size: uint64(len(w.mem)),
 				flags: flags | uint8(f.access)<<accessShift})
 			f.out.msgs = append(f.out.msgs, append([]byte(nil), reply[:n]...))
 		}

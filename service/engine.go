@@ -39,6 +39,17 @@ func (l *lockState) free(lt byte) bool {
 	return l.excl == nil && (lt == lockShared || l.shared == 0)
 }
 
+// waiting returns the sequence number of c's request in the queue (0 if
+// none).
+func (l *lockState) waiting(c *sconn) uint32 {
+	for _, q := range l.queue {
+		if q.c == c {
+			return q.seq
+		}
+	}
+	return 0
+}
+
 // reply sends a reply of n bytes from reply; a connection that cannot take
 // it is dropped.
 func (s *Server) reply(c *sconn, reply []byte) {
@@ -118,6 +129,9 @@ func (s *Server) lock(c *sconn, msg []byte, seq uint32, reply []byte) {
 	have := c.locks[id]
 	if lt != 0 { // Lock
 		if have != 0 {
+			if have&lockWaiting != 0 && l.waiting(c) == seq {
+				return // sent again after a resumption: the grant comes when it comes
+			}
 			s.fail(c, seq, errLockState, reply)
 			return
 		}
@@ -201,6 +215,9 @@ func (s *Server) grant(w *exposed, reply []byte) {
 func (s *Server) gone(c *sconn) {
 	if c.authed {
 		s.stats.Disconnects++
+	}
+	if s.sessions[c.session] == c {
+		delete(s.sessions, c.session)
 	}
 	if len(c.locks) == 0 {
 		return

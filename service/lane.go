@@ -389,12 +389,8 @@ func (c *Client) laneWait(ctx context.Context, l *lane, i int) error {
 // pollLane polls the CQ once for laneWait, or sleeps on the completion
 // channel once it has spun long enough; mu is held.
 func (c *Client) pollLane(ctx context.Context, l *lane, spins *int, armed *bool) error {
-	if c.err != nil {
-		return c.err
-	}
-	if c.lost.Load() {
-		c.fail(errDisconnected)
-		return c.err
+	if err := c.mend(ctx); err != nil {
+		return err
 	}
 	posted := c.postPending()
 	n, err := c.cq.Poll(c.wcs[:])
@@ -467,6 +463,11 @@ func (c *Client) postPending() bool {
 		n++
 	}
 	posted, err := 0, c.err
+	if err == nil && c.broken {
+		// Posted once the session is resumed.
+		c.enqueue(pending)
+		return false
+	}
 	if err == nil {
 		last := int(c.posting[n-1].WRID &^ laneTag)
 		for k := range c.posting[:n-1] {
@@ -476,7 +477,16 @@ func (c *Client) postPending() bool {
 			c.lanes[bits.TrailingZeros32(b)].posted = true
 		}
 		c.lanes[last].list = pending &^ (1 << last)
-		if posted, err = c.qp.PostList(c.posting[:n]); posted > 0 && posted < n {
+		for k := range c.posting[:n] {
+			c.posting[k].RKey = c.rkey(&c.posting[k])
+		}
+		posted, err = c.qp.PostList(c.posting[:n])
+		for b, k := pending, 0; k < posted; b, k = b&(b-1), k+1 {
+			wr := c.wrs[bits.TrailingZeros32(b)]
+			wr.Flags = c.posting[k].Flags
+			c.record(wr)
+		}
+		if posted > 0 && posted < n {
 			// The list's signalled request was not posted: nothing
 			// would report the ones that were.
 			c.fail(err)

@@ -9,7 +9,7 @@ import (
 	"github.com/onesided/rma/fallback"
 )
 
-// The wire protocol, version 4. Every integer is little endian.
+// The wire protocol, version 5. Every integer is little endian.
 //
 // Connection request private data (helloLen bytes, at most
 // verbs.MaxConnectPrivateData): magic "RMAS", version, three zero bytes,
@@ -21,14 +21,17 @@ import (
 //
 //	msgAuth     client: the address (8) and rkey (4) of 8 bytes of its
 //	            memory the server may READ (its probes), name length (1),
-//	            three zero bytes, the name, then
+//	            three zero bytes, a session (16: zero for a new one, else
+//	            the one to resume), the name, then
 //	            HMAC-SHA256(secret, "rma-service-client" || serverNonce ||
 //	            clientNonce || the message between header and MAC)
 //	msgAuthOK   server: the address (8) and rkey (4) of the connection's
-//	            byte-order word, four zero bytes (all zero when the
-//	            server's device has no atomics), then
-//	            HMAC-SHA256(secret, "rma-service-server" || clientNonce ||
-//	            serverNonce || the 16 bytes between header and MAC)
+//	            byte-order word (both zero when the server's device has
+//	            no atomics), flags (1: bit 0, the session asked for was
+//	            resumed), three zero bytes, the connection's session
+//	            (16), then HMAC-SHA256(secret, "rma-service-server" ||
+//	            clientNonce || serverNonce || the 32 bytes between header
+//	            and MAC)
 //	msgAuthFail server: nothing (the server then disconnects)
 //	msgOpen     client: name length (1 byte), name
 //	msgOpenOK   server: address (8), rkey (4), window id (4), size (8),
@@ -53,6 +56,12 @@ import (
 // not opened are refused (errUnknownWin), and so are those its grant does
 // not cover (errDenied).
 //
+// A session outlives a connection that fails on the transport (resume.go):
+// a client resumes it on a new connection by naming it in msgAuth, and
+// then sends again the requests whose replies it had not received, under
+// their sequence numbers; the server answers a request it already
+// handled with the reply it recorded, and does not handle it again.
+//
 // A client has at most 9 requests outstanding: one, and up to 8 msgAcc
 // whose sequence numbers have bit 31 set (those of the client's lanes;
 // the others never have it). The server answers each in the order of
@@ -62,7 +71,7 @@ import (
 // outstanding than that (and its lock requests) is dropped.
 
 const (
-	protoVersion = 4
+	protoVersion = 5
 	nonceLen     = 32
 	macLen       = sha256.Size
 	headerLen    = 8
@@ -126,8 +135,9 @@ const (
 const (
 	openOKLen  = headerLen + 32
 	openErrLen = headerLen + 1
-	authMin    = headerLen + 16 + macLen // msgAuth without a name
-	authOKLen  = headerLen + 16 + macLen
+	sessionLen = 16
+	authMin    = headerLen + 16 + sessionLen + macLen // msgAuth without a name
+	authOKLen  = headerLen + 16 + sessionLen + macLen
 	accLen     = headerLen + fallback.RequestHeaderSize // msgAcc before its data
 	lockLen    = headerLen + 8
 	errLen     = headerLen + 1
@@ -207,46 +217,67 @@ func proof(out []byte, secret []byte, label string, a, b *[nonceLen]byte, extra 
 	m.Sum(out[:0])
 }
 
-// putAuthOK writes a msgAuthOK for the byte-order word at addr (rkey)
-// into b (at least authOKLen bytes).
-func putAuthOK(b []byte, seq uint32, secret []byte, cNonce, sNonce *[nonceLen]byte, addr uint64, rkey uint32) {
-	putHeader(b, msgAuthOK, seq)
-	binary.LittleEndian.PutUint64(b[8:], addr)
-	binary.LittleEndian.PutUint32(b[16:], rkey)
-	clear(b[20:24])
-	proof(b[24:authOKLen], secret, serverLabel, cNonce, sNonce, b[headerLen:24])
+// session names a client's session at the server (msgAuth, msgAuthOK).
+type session [sessionLen]byte
+
+// flagResumed, in msgAuthOK: the session the client named was resumed.
+const flagResumed = 1
+
+// authOK is a decoded msgAuthOK.
+type authOK struct {
+	addr    uint64 // the byte-order word
+	rkey    uint32
+	resumed bool
+	session session
 }
 
-// parseAuthOK checks msg, a msgAuthOK, against secret and returns its
-// byte-order word's address and rkey.
-func parseAuthOK(msg []byte, secret []byte, cNonce, sNonce *[nonceLen]byte) (addr uint64, rkey uint32, ok bool) {
+// putAuthOK writes a msgAuthOK into b (at least authOKLen bytes).
+func putAuthOK(b []byte, seq uint32, secret []byte, cNonce, sNonce *[nonceLen]byte, r authOK) {
+	putHeader(b, msgAuthOK, seq)
+	binary.LittleEndian.PutUint64(b[8:], r.addr)
+	binary.LittleEndian.PutUint32(b[16:], r.rkey)
+	clear(b[20:24])
+	if r.resumed {
+		b[20] = flagResumed
+	}
+	copy(b[24:40], r.session[:])
+	proof(b[40:authOKLen], secret, serverLabel, cNonce, sNonce, b[headerLen:40])
+}
+
+// parseAuthOK checks msg, a msgAuthOK, against secret and decodes it.
+func parseAuthOK(msg []byte, secret []byte, cNonce, sNonce *[nonceLen]byte) (r authOK, ok bool) {
 	if len(msg) != authOKLen {
-		return 0, 0, false
+		return r, false
 	}
 	var want [macLen]byte
-	proof(want[:], secret, serverLabel, cNonce, sNonce, msg[headerLen:24])
-	if !hmac.Equal(msg[24:], want[:]) {
-		return 0, 0, false
+	proof(want[:], secret, serverLabel, cNonce, sNonce, msg[headerLen:40])
+	if !hmac.Equal(msg[40:], want[:]) || msg[20]&^flagResumed != 0 || msg[21]|msg[22]|msg[23] != 0 {
+		return r, false
 	}
-	return binary.LittleEndian.Uint64(msg[8:]), binary.LittleEndian.Uint32(msg[16:]), true
+	r = authOK{addr: binary.LittleEndian.Uint64(msg[8:]), rkey: binary.LittleEndian.Uint32(msg[16:]),
+		resumed: msg[20]&flagResumed != 0}
+	copy(r.session[:], msg[24:40])
+	return r, true
 }
 
 // auth is a decoded msgAuth.
 type auth struct {
 	probeAddr uint64
 	probeRKey uint32
+	resume    session // zero: a new session
 	name      string
 	body, mac []byte // what the MAC covers, and the MAC (subslices of the message)
 }
 
 // putAuth writes a msgAuth into b (at least authMin+MaxClientNameLen
 // bytes) and returns its length.
-func putAuth(b []byte, seq uint32, secret []byte, sNonce, cNonce *[nonceLen]byte, probeAddr uint64, probeRKey uint32, name string) int {
+func putAuth(b []byte, seq uint32, secret []byte, sNonce, cNonce *[nonceLen]byte, probeAddr uint64, probeRKey uint32, resume *session, name string) int {
 	putHeader(b, msgAuth, seq)
 	binary.LittleEndian.PutUint64(b[8:], probeAddr)
 	binary.LittleEndian.PutUint32(b[16:], probeRKey)
 	b[20], b[21], b[22], b[23] = byte(len(name)), 0, 0, 0
-	n := 24 + copy(b[24:], name)
+	copy(b[24:40], resume[:])
+	n := 40 + copy(b[40:], name)
 	proof(b[n:n+macLen], secret, clientLabel, sNonce, cNonce, b[headerLen:n])
 	return n + macLen
 }
@@ -261,8 +292,10 @@ func parseAuth(b []byte) (auth, bool) {
 		return auth{}, false
 	}
 	end := len(b) - macLen
-	return auth{probeAddr: binary.LittleEndian.Uint64(b[8:]), probeRKey: binary.LittleEndian.Uint32(b[16:]),
-		name: string(b[24:end]), body: b[headerLen:end], mac: b[end:]}, true
+	a := auth{probeAddr: binary.LittleEndian.Uint64(b[8:]), probeRKey: binary.LittleEndian.Uint32(b[16:]),
+		name: string(b[40:end]), body: b[headerLen:end], mac: b[end:]}
+	copy(a.resume[:], b[24:40])
+	return a, true
 }
 
 // checkAuth reports whether a's MAC proves secret.

@@ -65,12 +65,12 @@ func TestAuthMessage(t *testing.T) {
 	secret := []byte("the secret")
 	for _, name := range []string{"", "reader", string(bytes.Repeat([]byte("n"), MaxClientNameLen))} {
 		var b [recvSize]byte
-		n := putAuth(b[:], 3, secret, &sn, &cn, 0x1234_5678_9000, 0xabcdef01, name)
+		n := putAuth(b[:], 3, secret, &sn, &cn, 0x1234_5678_9000, 0xabcdef01, &session{5: 1}, name)
 		if n != authMin+len(name) || n > recvSize {
 			t.Fatalf("name %q: auth of %d bytes, want %d", name, n, authMin+len(name))
 		}
 		a, ok := parseAuth(b[:n])
-		if !ok || a.name != name || a.probeAddr != 0x1234_5678_9000 || a.probeRKey != 0xabcdef01 {
+		if !ok || a.name != name || a.probeAddr != 0x1234_5678_9000 || a.probeRKey != 0xabcdef01 || a.resume != (session{5: 1}) {
 			t.Fatalf("name %q: parseAuth %+v %v", name, a, ok)
 		}
 		if !checkAuth(&a, secret, &sn, &cn) {
@@ -93,33 +93,35 @@ func TestAuthMessage(t *testing.T) {
 }
 
 // TestAuthOKMessage: the server's proof covers the byte-order word's
-// address and key, so a changed byte anywhere after the header is refused.
+// address and key, the session and its flag, so a changed byte anywhere
+// after the header is refused.
 func TestAuthOKMessage(t *testing.T) {
 	var sn, cn [nonceLen]byte
 	sn[0], cn[0] = 7, 9
 	secret := []byte("the secret")
 	var b [authOKLen]byte
-	putAuthOK(b[:], 3, secret, &cn, &sn, 0x1234_5678_9000, 0xabcdef01)
+	in := authOK{addr: 0x1234_5678_9000, rkey: 0xabcdef01, resumed: true, session: session{0: 3, 15: 4}}
+	putAuthOK(b[:], 3, secret, &cn, &sn, in)
 	if typ, seq, ok := header(b[:]); !ok || typ != msgAuthOK || seq != 3 {
 		t.Fatalf("header: %#x %d %v", typ, seq, ok)
 	}
-	if addr, rkey, ok := parseAuthOK(b[:], secret, &cn, &sn); !ok || addr != 0x1234_5678_9000 || rkey != 0xabcdef01 {
-		t.Fatalf("parseAuthOK: %#x %#x %v", addr, rkey, ok)
+	if r, ok := parseAuthOK(b[:], secret, &cn, &sn); !ok || r != in {
+		t.Fatalf("parseAuthOK: %+v %v, want %+v", r, ok, in)
 	}
-	if _, _, ok := parseAuthOK(b[:], []byte("other"), &cn, &sn); ok {
+	if _, ok := parseAuthOK(b[:], []byte("other"), &cn, &sn); ok {
 		t.Fatal("proof taken with another secret")
 	}
-	if _, _, ok := parseAuthOK(b[:], secret, &sn, &cn); ok {
+	if _, ok := parseAuthOK(b[:], secret, &sn, &cn); ok {
 		t.Fatal("proof taken with the nonces swapped")
 	}
 	for i := headerLen; i < authOKLen; i++ {
 		m := bytes.Clone(b[:])
 		m[i] ^= 0x10
-		if _, _, ok := parseAuthOK(m, secret, &cn, &sn); ok {
+		if _, ok := parseAuthOK(m, secret, &cn, &sn); ok {
 			t.Fatalf("byte %d changed, proof still taken", i)
 		}
 	}
-	if _, _, ok := parseAuthOK(b[:authOKLen-1], secret, &cn, &sn); ok {
+	if _, ok := parseAuthOK(b[:authOKLen-1], secret, &cn, &sn); ok {
 		t.Fatal("truncated msgAuthOK taken")
 	}
 }
@@ -168,7 +170,7 @@ func FuzzParse(f *testing.F) {
 	f.Add(b[:putOpen(b[:], 1, "w")])
 	f.Add(b[:putOpenOK(b[:], 1, openOK{addr: 8, rkey: 1, size: 8})])
 	var n [nonceLen]byte
-	f.Add(b[:putAuth(b[:], 1, []byte("s"), &n, &n, 8, 1, "client")])
+	f.Add(b[:putAuth(b[:], 1, []byte("s"), &n, &n, 8, 1, &session{}, "client")])
 	f.Fuzz(func(t *testing.T, m []byte) {
 		if a, ok := parseAuth(m); ok {
 			checkAuth(&a, []byte("s"), &n, &n)

@@ -168,7 +168,8 @@ func (r *Request) Test() (bool, error) {
 	for i := 0; i < n; i++ {
 		c.complete(&c.wcs[i])
 	}
-	if c.err == nil && !c.lost.Load() && (c.done < r.wr || r.kind == reqEngine && c.replySeq != r.seq) {
+	c.mend(context.Background())
+	if c.err == nil && (c.done < r.wr || r.kind == reqEngine && c.replySeq != r.seq) {
 		return false, nil
 	}
 	// Complete, or the connection failed: finishing does not wait.

@@ -61,13 +61,16 @@ type Server struct {
 	byID    []*exposed        // windows[name].id indexes it
 	target  *fallback.Target  // applies the accumulates to the windows (engine.go)
 	conns   map[uint32]*sconn // by QP number
-	unauth  []*sconn          // connections not authenticated yet, oldest first (MaxPending)
-	secrets []secret          // accepted, the current one first
-	serial  uint32
-	victims []*sconn // scratch of the watch loop
-	probed  time.Time
-	flags   uint8 // of msgOpenOK
-	stats   ServerStats
+	// The sessions of authenticated connections, those held for a
+	// connection that failed on the transport included (resume.go).
+	sessions map[session]*sconn
+	unauth   []*sconn // connections not authenticated yet, oldest first (MaxPending)
+	secrets  []secret // accepted, the current one first
+	serial   uint32
+	victims  []*sconn // scratch of the watch loop
+	probed   time.Time
+	flags    uint8 // of msgOpenOK
+	stats    ServerStats
 }
 
 // exposed is one window. Its MR grants no remote access: clients reach
@@ -124,6 +127,18 @@ type sconn struct {
 	orderWord int
 	locks     map[uint32]byte // by window id: the lock held or waited for (lockWaiting)
 	stats     ConnStats
+
+	// Its session (resume.go): the replies recorded for a resumption;
+	// broken, its QP failed on the transport (the session is then held
+	// for ServerConfig.ResumeWithin); held, it is (until then); moved,
+	// a new connection resumed its session.
+	session session
+	replies *replyRing
+	resumed bool
+	broken  bool
+	held    bool
+	moved   bool
+	until   time.Time
 }
 
 // maxConnSends bounds a connection's outstanding sends: a client has one
@@ -202,7 +217,7 @@ func Listen(ctx context.Context, addr string, cfg ServerConfig) (s *Server, err 
 
 // newServer is a Server with nothing opened yet.
 func newServer(cfg ServerConfig) *Server {
-	return &Server{cfg: cfg, kick: make(chan struct{}, 1), windows: map[string]*exposed{}, conns: map[uint32]*sconn{}, target: fallback.NewTarget(),
+	return &Server{cfg: cfg, kick: make(chan struct{}, 1), windows: map[string]*exposed{}, conns: map[uint32]*sconn{}, sessions: map[session]*sconn{}, target: fallback.NewTarget(),
 		secrets: []secret{{key: cfg.Secret, gen: 1}}}
 }
 
@@ -403,7 +418,9 @@ func (s *Server) release() error {
 func (s *Server) teardown(c *sconn) {
 	c.id.Disconnect()
 	for _, g := range c.grants {
-		g.mw.Close()
+		if g.mw != nil {
+			g.mw.Close()
+		}
 	}
 	if c.orderMW != nil {
 		c.orderMW.Close()
@@ -584,6 +601,9 @@ func (s *Server) watchLoop() {
 		now := time.Now()
 		s.mu.Lock()
 		next := s.expire(now)
+		if t := s.letGo(now); !t.IsZero() && (next.IsZero() || t.Before(next)) {
+			next = t
+		}
 		victims := s.victims[:0]
 		for qpn, c := range s.conns {
 			if !c.accepted {
@@ -609,7 +629,9 @@ func (s *Server) watchLoop() {
 				c.dead = true
 				delete(s.conns, qpn)
 				s.unlist(c)
-				s.gone(c)
+				if !c.moved && !s.hold(c, now) {
+					s.gone(c)
+				}
 				victims = append(victims, c)
 			} else if !c.authed && (next.IsZero() || c.deadline.Before(next)) {
 				next = c.deadline
@@ -722,6 +744,9 @@ func (s *Server) message(c *sconn, msg, reply []byte) {
 		return
 	}
 	c.stats.Requests++
+	if c.resumed && typ != msgOpen && c.replies.resend(s, c, seq) {
+		return
+	}
 	switch typ {
 	case msgOpen:
 		s.open(c, msg, seq, reply)
@@ -759,16 +784,19 @@ func (s *Server) authenticate(c *sconn, msg []byte, seq uint32, reply []byte) {
 	c.info = ClientInfo{Addr: c.stats.Peer, Name: a.name}
 	s.unlist(c)
 	s.stats.Connects++
-	var addr uint64
-	var rkey uint32
+	ok = a.resume != session{} && s.resume(c, &a.resume)
+	if !ok {
+		s.newSession(c)
+	}
+	r := authOK{resumed: ok, session: c.session}
 	if s.orderMR != nil {
 		var ok bool
-		if addr, rkey, ok = s.bindOrder(c); !ok {
+		if r.addr, r.rkey, ok = s.bindOrder(c); !ok {
 			s.drop(c)
 			return
 		}
 	}
-	putAuthOK(reply, seq, key.key, &c.cNonce, &c.sNonce, addr, rkey)
+	putAuthOK(reply, seq, key.key, &c.cNonce, &c.sNonce, r)
 	if !s.send(c, reply[:authOKLen]) {
 		s.drop(c)
 	}
@@ -823,9 +851,12 @@ func (s *Server) open(c *sconn, msg []byte, seq uint32, reply []byte) {
 		return
 	}
 	g := c.grants[w.id]
-	if g == nil {
+	if g == nil || g.mw == nil {
 		access := AccessAll
-		if s.cfg.Authorize != nil {
+		switch {
+		case g != nil: // a resumed session's: bound again to this QP
+			access = g.access
+		case s.cfg.Authorize != nil:
 			access = s.cfg.Authorize(c.info, w.name) & AccessAll
 		}
 		if access == 0 {
@@ -848,7 +879,7 @@ func (s *Server) open(c *sconn, msg []byte, seq uint32, reply []byte) {
 // bind makes c's key for w: a type 2 memory window bound to c's QP (the
 // reply posted after it goes out once it is bound); s.mu is held.
 func (s *Server) bind(c *sconn, w *exposed, access Access) (*grant, error) {
-	if len(c.grants) >= maxConnBinds {
+	if len(c.grants) >= maxConnBinds && c.grants[w.id] == nil {
 		return nil, fmt.Errorf("%w: more than %d windows opened on one connection", verbs.ErrInvalid, maxConnBinds)
 	}
 	mw, err := s.pd.AllocMW()
@@ -953,6 +984,12 @@ func (s *Server) retired(gen uint32) bool {
 // send posts a reply to c (inline, so b may be reused at once); s.mu is
 // held. It reports false if c has too many outstanding or the post failed.
 func (s *Server) send(c *sconn, b []byte) bool {
+	if c.replies != nil {
+		c.replies.record(b)
+	}
+	if c.held {
+		return true // sent again if the client resumes and asks
+	}
 	if c.sends >= maxConnSends {
 		return false
 	}
@@ -975,6 +1012,9 @@ func (s *Server) sent(wc *verbs.WC) {
 	}
 	if wc.WRID&probeTag != 0 {
 		c.probing = false
+	}
+	if wc.Err() != nil && !c.kill {
+		c.broken = true
 	}
 	if wc.Err() != nil || (c.failing && c.sends == 0) {
 		s.drop(c)

@@ -49,7 +49,7 @@ func newLogicServerSize(t *testing.T, size int) *logicServer {
 		t.Fatal(err)
 	}
 	s := &Server{cfg: cfg, kick: make(chan struct{}, 1), windows: map[string]*exposed{},
-		target: fallback.NewTarget(), conns: map[uint32]*sconn{}}
+		target: fallback.NewTarget(), conns: map[uint32]*sconn{}, sessions: map[session]*sconn{}}
 	s.secrets = []secret{{key: cfg.Secret}}
 	w := &exposed{name: "w", id: 0, mem: make([]byte, size)}
 	s.windows["w"], s.byID = w, []*exposed{w}
@@ -137,7 +137,7 @@ func TestServerDoorLogic(t *testing.T) {
 		rand.Read(c.sNonce[:])
 		rand.Read(c.cNonce[:])
 		b := make([]byte, recvSize)
-		n := putAuth(b, 7, key, &c.sNonce, &c.cNonce, 0x1000, 5, "client")
+		n := putAuth(b, 7, key, &c.sNonce, &c.cNonce, 0x1000, 5, &session{}, "client")
 		s.send(c, b[:n])
 		got := r.take()
 		if string(key) != string(s.cfg.Secret) {
@@ -146,15 +146,16 @@ func TestServerDoorLogic(t *testing.T) {
 		}
 		wantReply(t, "the right proof", got, msgAuthOK, 7, 0)
 		// A server without atomics gives no byte-order word: zeros,
-		// which the MAC covers.
+		// which the MAC covers, as it covers the new session.
 		var want [macLen]byte
-		proof(want[:], key, serverLabel, &c.cNonce, &c.sNonce, make([]byte, 16))
-		if len(got[0]) != authOKLen || string(got[0][headerLen:headerLen+16]) != string(make([]byte, 16)) ||
-			string(got[0][headerLen+16:]) != string(want[:]) {
-			t.Errorf("msgAuthOK %x, want 16 zero bytes and the proof %x", got[0][headerLen:], want)
+		body := append(make([]byte, 16), c.session[:]...)
+		proof(want[:], key, serverLabel, &c.cNonce, &c.sNonce, body)
+		if len(got[0]) != authOKLen || string(got[0][headerLen:headerLen+32]) != string(body) ||
+			string(got[0][headerLen+32:]) != string(want[:]) || c.session == (session{}) {
+			t.Errorf("msgAuthOK %x, want 16 zero bytes, the session %x and the proof %x", got[0][headerLen:], c.session, want)
 		}
-		if addr, rkey, ok := parseAuthOK(got[0], key, &c.cNonce, &c.sNonce); !ok || addr != 0 || rkey != 0 {
-			t.Errorf("parseAuthOK: %#x, %#x, %v; want 0, 0, true", addr, rkey, ok)
+		if r, ok := parseAuthOK(got[0], key, &c.cNonce, &c.sNonce); !ok || r.addr != 0 || r.rkey != 0 || r.resumed || r.session != c.session {
+			t.Errorf("parseAuthOK: %+v, %v; want no word, not resumed, session %x", r, ok, c.session)
 		}
 		if !c.authed || c.probeAddr != 0x1000 || c.probeRKey != 5 || c.info.Name != "client" {
 			t.Errorf("after the proof: authed %v, probe %#x/%d, name %q", c.authed, c.probeAddr, c.probeRKey, c.info.Name)

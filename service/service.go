@@ -116,17 +116,26 @@ type ServerConfig struct {
 	// ProbeInterval is how often the server checks that the clients
 	// holding or waiting for a lock are alive (default 500 ms): a client
 	// whose host died gives its locks up within about ProbeInterval plus
-	// the transport's retries (7 ACK timeouts of 67 ms by default). A
+	// the transport's retries (7 ACK timeouts of 67 ms by default) plus
+	// ResumeWithin. A
 	// client process that dies gives them up at once (its kernel
 	// disconnects).
 	ProbeInterval time.Duration
+	// ResumeWithin is how long the server holds the session of a client
+	// whose connection failed on the transport (a lossy or cut wire), for
+	// the client to resume it on a new connection (default 3 s): its
+	// locks stay held meanwhile, and its requests are handled at most
+	// once. A client that does not resume in time gives its locks up
+	// then. A client that closes, or whose process dies, gives them up
+	// at once.
+	ResumeWithin time.Duration
 }
 
 func (c *ServerConfig) defaults() error {
 	if len(c.Secret) == 0 {
 		return fmt.Errorf("%w: ServerConfig.Secret is required", verbs.ErrInvalid)
 	}
-	if c.MaxConns < 0 || c.MaxPending < 0 || c.AuthTimeout < 0 || c.RecvBuffers < 0 || c.ProbeInterval < 0 {
+	if c.MaxConns < 0 || c.MaxPending < 0 || c.AuthTimeout < 0 || c.RecvBuffers < 0 || c.ProbeInterval < 0 || c.ResumeWithin < 0 {
 		return fmt.Errorf("%w: negative server limit", verbs.ErrInvalid)
 	}
 	if c.MaxConns == 0 {
@@ -143,6 +152,9 @@ func (c *ServerConfig) defaults() error {
 	}
 	if c.ProbeInterval == 0 {
 		c.ProbeInterval = 500 * time.Millisecond
+	}
+	if c.ResumeWithin == 0 {
+		c.ResumeWithin = 3 * time.Second
 	}
 	c.Secret = append([]byte(nil), c.Secret...)
 	return nil
@@ -164,6 +176,11 @@ type ClientConfig struct {
 	// retries it bounds how long a call to a dead server takes to fail
 	// with verbs.ErrPeerLost.
 	AckTimeout int
+	// ResumeWithin is how long the client tries to resume its session
+	// on a new connection when its connection fails on the transport
+	// (default 3 s, the server's default hold), its calls waiting meanwhile; see the package
+	// documentation. Beyond it, the client fails with verbs.ErrPeerLost.
+	ResumeWithin time.Duration
 }
 
 func (c *ClientConfig) defaults() error {
@@ -173,7 +190,7 @@ func (c *ClientConfig) defaults() error {
 	if len(c.Name) > MaxClientNameLen {
 		return fmt.Errorf("%w: client name of %d bytes (at most %d)", verbs.ErrInvalid, len(c.Name), MaxClientNameLen)
 	}
-	if c.StagingSize < 0 || c.AckTimeout < 0 || c.AckTimeout > 31 {
+	if c.StagingSize < 0 || c.AckTimeout < 0 || c.AckTimeout > 31 || c.ResumeWithin < 0 {
 		return fmt.Errorf("%w: staging size %d, ACK timeout %d", verbs.ErrInvalid, c.StagingSize, c.AckTimeout)
 	}
 	if c.StagingSize == 0 {
@@ -182,6 +199,9 @@ func (c *ClientConfig) defaults() error {
 	c.StagingSize = (c.StagingSize + 4095) &^ 4095
 	if c.AckTimeout == 0 {
 		c.AckTimeout = 14
+	}
+	if c.ResumeWithin == 0 {
+		c.ResumeWithin = 3 * time.Second
 	}
 	c.Secret = append([]byte(nil), c.Secret...)
 	return nil

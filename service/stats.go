@@ -20,6 +20,8 @@ type ServerStats struct {
 	Evicted        uint64 // connections not authenticated yet that a request beyond MaxPending dropped
 	Refused        uint64 // connection requests refused: MaxConns reached
 	LockRecoveries uint64 // locks given up because their holder went away
+	Held           uint64 // sessions held for a client whose connection failed on the transport
+	Resumed        uint64 // sessions resumed on a new connection
 	// Windows has the counters of each exposed window, by name.
 	Windows map[string]WindowStats
 	// Connections has the counters of each connection now held.

@@ -37,6 +37,7 @@ import (
 // with an error matching verbs.ErrPeerLost; Dial again.
 type Window struct {
 	c       *Client
+	name    string
 	addr    uint64
 	rkey    uint32
 	id      uint32 // the server's
@@ -618,9 +619,10 @@ func (w *Window) lockLocked(ctx context.Context, code byte, all bool) error {
 	case <-lw.ch: // a wake-up left from an earlier request
 	default:
 	}
-	lw.seq, lw.done, lw.reply, lw.reason = c.seq, false, 0, 0
+	lw.seq, lw.done, lw.reply, lw.reason, lw.win, lw.lt = c.seq, false, 0, 0, w.id, code
 	c.posted++
-	if err := c.qp.PostSend(c.posted, c.mr.Local(sendOff, putLock(c.buf[sendOff:], msgLock, c.seq, w.id, code)), verbs.SendSignaled); err != nil {
+	if err := c.post(verbs.SendWR{WRID: c.posted, Local: c.mr.Local(sendOff, putLock(c.buf[sendOff:], msgLock, c.seq, w.id, code)),
+		Op: verbs.OpSend, Flags: verbs.SendSignaled}); err != nil {
 		c.posted--
 		return err
 	}
@@ -672,6 +674,8 @@ func (w *Window) lockLocked(ctx context.Context, code byte, all bool) error {
 // lockWait is a lock request waiting for its reply.
 type lockWait struct {
 	seq    uint32
+	win    uint32 // the window's id and the lock type asked for: sent again on a resumption
+	lt     byte
 	done   bool
 	reply  byte // msgOK or msgErr
 	reason byte
@@ -729,9 +733,11 @@ func (c *Client) waitLock(ctx context.Context, lw *lockWait) error {
 		if c.closed || c.closing.Load() {
 			return ErrClosed
 		}
-		if c.lost.Load() {
-			c.fail(errDisconnected)
-			return c.err
+		if err := c.mend(ctx); err != nil {
+			return err
+		}
+		if lw.done {
+			return nil
 		}
 		n, err := c.cq.Poll(c.wcs[:])
 		if err != nil {

@@ -144,7 +144,7 @@ func svcStall(ctx context.Context, addr string) (err error) {
 		}
 		// The request goes out; its events are never read, so the
 		// handshake never completes.
-		hello := append([]byte("RMAS\x04\x00\x00\x00"), make([]byte, 32)...)
+		hello := append([]byte("RMAS\x05\x00\x00\x00"), make([]byte, 32)...)
 		cctx, cancel := context.WithTimeout(ctx, time.Millisecond)
 		id.Connect(cctx, verbs.ConnParam{PrivateData: hello})
 		cancel()

@@ -631,12 +631,12 @@ func svcRaw(ctx context.Context, addr string, msgs [][]byte) (got [][]byte, disc
 			return nil, 0, err
 		}
 	}
-	hello := append([]byte("RMAS\x04\x00\x00\x00"), make([]byte, 32)...)
+	hello := append([]byte("RMAS\x05\x00\x00\x00"), make([]byte, 32)...)
 	ev, err := id.Connect(ctx, verbs.ConnParam{PrivateData: hello})
 	if err != nil {
 		return nil, 0, err
 	}
-	if len(ev.PrivateData) < 40 || string(ev.PrivateData[:5]) != "RMAS\x04" {
+	if len(ev.PrivateData) < 40 || string(ev.PrivateData[:5]) != "RMAS\x05" {
 		return nil, 0, fmt.Errorf("accept private data %q", ev.PrivateData)
 	}
 	start := time.Now()
@@ -1167,7 +1167,7 @@ func svcFrozen(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	if ev.Type != verbs.CMConnectRequest || len(ev.PrivateData) < 40 || string(ev.PrivateData[:5]) != "RMAS\x04" {
+	if ev.Type != verbs.CMConnectRequest || len(ev.PrivateData) < 40 || string(ev.PrivateData[:5]) != "RMAS\x05" {
 		return fmt.Errorf("event %v with private data %q, want a connection request of the protocol", ev.Type, ev.PrivateData)
 	}
 	id := ev.ID
@@ -1184,7 +1184,7 @@ func svcFrozen(ctx context.Context) (err error) {
 			return err
 		}
 	}
-	if _, err := id.Accept(ctx, verbs.ConnParam{PrivateData: append([]byte("RMAS\x04\x00\x00\x00"), sNonce...)}); err != nil {
+	if _, err := id.Accept(ctx, verbs.ConnParam{PrivateData: append([]byte("RMAS\x05\x00\x00\x00"), sNonce...)}); err != nil {
 		return err
 	}
 	recv := func() ([]byte, error) {
@@ -1210,7 +1210,7 @@ func svcFrozen(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	if len(m) != 56 || m[0] != 1 || !hmac.Equal(m[24:], wireMAC(os.Getenv("RMA_SVC_SECRET"), "rma-service-client", sNonce, cNonce, m[8:24])) {
+	if len(m) != 72 || m[0] != 1 || !hmac.Equal(m[40:], wireMAC(os.Getenv("RMA_SVC_SECRET"), "rma-service-client", sNonce, cNonce, m[8:40])) {
 		return fmt.Errorf("proof % x is not the client's", m)
 	}
 	// Its byte-order word: at 512, after the window.
@@ -1219,7 +1219,8 @@ func svcFrozen(ctx context.Context) (err error) {
 	ok = binary.LittleEndian.AppendUint64(ok, s.mr.Addr()+512)
 	ok = binary.LittleEndian.AppendUint32(ok, s.mr.RKey())
 	ok = binary.LittleEndian.AppendUint32(ok, 0)
-	if err := send(append(ok, wireMAC(os.Getenv("RMA_SVC_SECRET"), "rma-service-server", cNonce, sNonce, ok[8:24])...)); err != nil {
+	ok = append(ok, "a session, 16 B."...)
+	if err := send(append(ok, wireMAC(os.Getenv("RMA_SVC_SECRET"), "rma-service-server", cNonce, sNonce, ok[8:40])...)); err != nil {
 		return err
 	}
 	if m, err = recv(); err != nil {

@@ -62,11 +62,11 @@ func dialWire(ctx context.Context, addr string) (w *svcWire, err error) {
 	}
 	w.cNonce = make([]byte, 32)
 	rand.Read(w.cNonce)
-	ev, err := w.id.Connect(ctx, verbs.ConnParam{PrivateData: append([]byte("RMAS\x04\x00\x00\x00"), w.cNonce...)})
+	ev, err := w.id.Connect(ctx, verbs.ConnParam{PrivateData: append([]byte("RMAS\x05\x00\x00\x00"), w.cNonce...)})
 	if err != nil {
 		return nil, err
 	}
-	if len(ev.PrivateData) < 40 || string(ev.PrivateData[:5]) != "RMAS\x04" {
+	if len(ev.PrivateData) < 40 || string(ev.PrivateData[:5]) != "RMAS\x05" {
 		return nil, fmt.Errorf("accept private data %q", ev.PrivateData)
 	}
 	w.sNonce = bytes.Clone(ev.PrivateData[8:40])
@@ -118,12 +118,13 @@ func (w *svcWire) auth(ctx context.Context, secret, name string) error {
 	body := binary.LittleEndian.AppendUint64(nil, w.s.mr.Addr())
 	body = binary.LittleEndian.AppendUint32(body, w.s.mr.RKey())
 	body = append(body, byte(len(name)), 0, 0, 0)
+	body = append(body, make([]byte, 16)...) // a new session
 	body = append(body, name...)
 	r, err := w.call(ctx, 1, append(body, wireMAC(secret, "rma-service-client", w.sNonce, w.cNonce, body)...))
 	if err != nil {
 		return fmt.Errorf("authentication: %w", err)
 	}
-	if r[0] != 0x81 || len(r) != 56 || !hmac.Equal(r[24:], wireMAC(secret, "rma-service-server", w.cNonce, w.sNonce, r[8:24])) {
+	if r[0] != 0x81 || len(r) != 72 || !hmac.Equal(r[40:], wireMAC(secret, "rma-service-server", w.cNonce, w.sNonce, r[8:40])) {
 		return fmt.Errorf("authentication: reply % x", r)
 	}
 	w.orderAddr, w.orderRKey = binary.LittleEndian.Uint64(r[8:]), binary.LittleEndian.Uint32(r[16:])

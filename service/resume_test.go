@@ -1,0 +1,182 @@
+package service
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/onesided/rma"
+	"github.com/onesided/rma/datatype"
+	"github.com/onesided/rma/op"
+	"github.com/onesided/rma/verbs"
+)
+
+// resumable gives c, on the fake connection f, a session at fs's server,
+// and the means to resume it on new fake connections, each with a key of
+// its own to the window.
+func resumable(t *testing.T, fs *fakeServer, c *Client, f *fakeConn) {
+	t.Helper()
+	fs.mu.Lock()
+	fs.s.mu.Lock()
+	fs.s.newSession(f.sc)
+	fs.s.mu.Unlock()
+	fs.mu.Unlock()
+	c.session = f.sc.session
+	c.cfg.Secret, c.cfg.ResumeWithin = fs.s.cfg.Secret, 5*time.Second
+	c.breakQP = func() {}
+	c.reconnect = func(ctx context.Context) (cNonce, sNonce [nonceLen]byte, err error) {
+		rand.Read(cNonce[:])
+		rand.Read(sNonce[:])
+		fs.mu.Lock()
+		defer fs.mu.Unlock()
+		old := fs.conns[len(fs.conns)-1]
+		r := &replies{}
+		n := &fakeConn{fs: fs, c: c, sc: &sconn{out: r, grants: map[uint32]*grant{}, cNonce: cNonce, sNonce: sNonce},
+			out: r, access: old.access, ev: old.ev, num: old.num + 1, rkey: old.rkey + 1}
+		fs.conns = append(fs.conns, n)
+		c.cq, c.qp = n, n // the channel and the memory region stay, as redial keeps them
+		c.qpn = n.num
+		return cNonce, sNonce, nil
+	}
+}
+
+// TestClientResume: the connection fails with calls of every kind in
+// flight, at every point of their work requests, with the failing one
+// carried out or not; the client resumes its session on a new connection
+// and the calls carry on. Every Put lands, every engine Accumulate is
+// applied exactly once, a NIC FetchAndOp either returns its old value or
+// says that its outcome is unknown (and is never applied twice), and the
+// exclusive lock taken before the failure is still the client's.
+func TestClientResume(t *testing.T) {
+	ctx := context.Background()
+	for cut := 0; cut < 4; cut++ { // 4 work requests are in flight
+		for _, applied := range []bool{false, true} {
+			name := fmt.Sprintf("cut %d applied %v", cut, applied)
+			fs := newFakeServer(t, 4096)
+			c, f := fs.client(t, AccessAll, 4096)
+			w := open(t, c)
+			resumable(t, fs, c, f)
+			if err := w.Lock(ctx, rma.LockExclusive); err != nil {
+				t.Fatalf("%s: Lock: %v", name, err)
+			}
+			small, big := pattern(64, byte(cut)), pattern(1000, byte(cut+1))
+			l0, o0 := f.counts()
+			f.setHold(true)
+			var wg sync.WaitGroup
+			errs := make([]error, 4)
+			var old []byte
+			wg.Add(4)
+			// The serialized path's Put first: it holds mu, and posts
+			// the lanes' work requests as they come.
+			go func() { defer wg.Done(); errs[1] = w.Put(ctx, big, 1024) }()
+			waitPosted := func(lanes, others int) {
+				for deadline := time.Now().Add(5 * time.Second); ; {
+					l, o := f.counts()
+					if l-l0 == lanes && o-o0 == others {
+						return
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("%s: %d lane and %d other work requests posted, want %d and %d", name, l-l0, o-o0, lanes, others)
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}
+			waitPosted(0, 1)
+			go func() { defer wg.Done(); errs[0] = w.Put(ctx, small, 64) }()
+			go func() {
+				defer wg.Done()
+				errs[2] = w.Accumulate(ctx, f64(5), datatype.Float64, 8, op.Sum)
+			}()
+			go func() {
+				defer wg.Done()
+				old = make([]byte, 8)
+				errs[3] = w.FetchAndOp(ctx, u64(1), old, datatype.Int64, 0, op.Sum)
+			}()
+			waitPosted(3, 1)
+			fs.mu.Lock()
+			f.failing, f.runOK, f.applyBad = verbs.WCRetryExcErr, cut, applied
+			fs.mu.Unlock()
+			f.setHold(false)
+			wg.Wait()
+			for i, err := range errs[:3] {
+				if err != nil {
+					t.Errorf("%s: call %d: %v", name, i, err)
+				}
+			}
+			word := fs.word(0)
+			switch {
+			case errs[3] == nil && (word != 1 || string(old) != string(u64(0))):
+				t.Errorf("%s: FetchAndOp returned old %x, the word is %d; want 0 and 1", name, old, word)
+			case errs[3] != nil && (!errors.Is(errs[3], verbs.ErrOutcomeUnknown) || word > 1):
+				t.Errorf("%s: FetchAndOp: %v, the word is %d; want ErrOutcomeUnknown and 0 or 1", name, errs[3], word)
+			}
+			if got := fs.mem(8, 8); !bytes.Equal(got, f64(5)) {
+				t.Errorf("%s: the accumulated word is %x, want %x (5.0, applied once)", name, got, f64(5))
+			}
+			if !bytes.Equal(fs.mem(64, 64), small) || !bytes.Equal(fs.mem(1024, 1000), big) {
+				t.Errorf("%s: a Put did not land", name)
+			}
+			fs.mu.Lock()
+			fs.s.mu.Lock()
+			held, resumed := fs.s.win.locks.excl, fs.s.stats.Resumed
+			cur := fs.conns[len(fs.conns)-1].sc
+			fs.s.mu.Unlock()
+			fs.mu.Unlock()
+			if held != cur || resumed != 1 {
+				t.Errorf("%s: the lock is held by %p (the resumed connection is %p), %d sessions resumed; want it, 1", name, held, cur, resumed)
+			}
+			// Calls go on, on the new connection, with the window's new key.
+			if err := w.Put(ctx, u64(7), 16); err != nil || fs.word(16) != 7 {
+				t.Errorf("%s: a Put after the resumption: %v, word %d", name, err, fs.word(16))
+			}
+			if err := w.Unlock(ctx); err != nil {
+				t.Errorf("%s: Unlock: %v", name, err)
+			}
+			if fs.s.win.locks.excl != nil {
+				t.Errorf("%s: the lock is still held after Unlock", name)
+			}
+		}
+	}
+}
+
+// TestClientResumeLetGo: a session the server let go (its client did not
+// resume it in time) is not resumed: the client fails with the peer lost,
+// and the lock it held went to nobody else unnoticed (it was given up at
+// the server, which counted the recovery).
+func TestClientResumeLetGo(t *testing.T) {
+	ctx := context.Background()
+	fs := newFakeServer(t, 4096)
+	c, f := fs.client(t, AccessAll, 4096)
+	w := open(t, c)
+	resumable(t, fs, c, f)
+	if err := w.Lock(ctx, rma.LockExclusive); err != nil {
+		t.Fatal(err)
+	}
+	fs.mu.Lock()
+	fs.s.mu.Lock()
+	f.sc.broken = true
+	if !fs.s.hold(f.sc, time.Now()) {
+		t.Fatal("the server did not hold the session of a connection broken on the transport")
+	}
+	fs.s.letGo(time.Now().Add(fs.s.cfg.ResumeWithin))
+	recovered := fs.s.stats.LockRecoveries
+	fs.s.mu.Unlock()
+	f.failing = verbs.WCRetryExcErr
+	fs.mu.Unlock()
+	if recovered != 1 {
+		t.Errorf("the server recovered %d locks, want 1", recovered)
+	}
+	err := w.Put(ctx, u64(1), 0)
+	if !errors.Is(err, verbs.ErrPeerLost) || !strings.Contains(err.Error(), "let the session go") {
+		t.Errorf("Put after the session was let go: %v, want ErrPeerLost saying so", err)
+	}
+	if err := w.Put(ctx, u64(1), 0); !errors.Is(err, verbs.ErrPeerLost) {
+		t.Errorf("a second Put: %v, want ErrPeerLost", err)
+	}
+}
