@@ -98,7 +98,7 @@
 // found by the server's probes of the clients that hold or wait for a
 // lock (ServerConfig.ProbeInterval, an RDMA READ of 8 bytes the client
 // registered for them, which its NIC answers without its CPU) after the
-// transport's retries. The lock
+// transport's retries and ServerConfig.ResumeWithin (see Sessions). The lock
 // words are the server's own memory, never in a window, so no client can
 // corrupt them.
 //
@@ -111,8 +111,31 @@
 // fallback.ErrUnknownOp for a user-defined op the server has not
 // registered), ErrAuth, ErrServerFull,
 // ErrProtocol, ErrClosed (also for a call of another goroutine that Close
-// interrupted), and verbs.ErrPeerLost for a server that died, restarted,
-// closed or dropped the client.
+// interrupted), verbs.ErrPeerLost for a server that died, restarted,
+// closed or dropped the client, and verbs.ErrOutcomeUnknown for a NIC
+// atomic whose connection failed before its completion (see Sessions).
+//
+// # Sessions
+//
+// A connection that fails on the transport (a lossy or cut wire exhausts
+// the retries of either side) is not the end of its client: the client
+// connects again and resumes its session, and its calls wait meanwhile,
+// then carry on. The server holds the session for
+// ServerConfig.ResumeWithin (default 3 s): the locks the client holds or
+// waits for stay its own, and no other client can take them. The failed
+// connection's QP is destroyed at the server, and with it the keys bound
+// to it, so nothing the client sent on it lands after the session moved.
+// What was in flight is carried on as MPI's rules allow: a Put or Get is
+// done again (its data is the same), a call the server's engine handles
+// is sent again and applied at most once (the server answers one it
+// already applied with the reply it recorded), and a NIC atomic, whose
+// effect the client cannot learn, is not sent again: its call fails with
+// an error matching verbs.ErrOutcomeUnknown, the target may or may not
+// have applied it. A session not resumed in time (the server is gone, or
+// the wire stayed cut) fails the client with verbs.ErrPeerLost, and its
+// locks are given up at the server. A client that closes, or whose process
+// dies, gives its locks up at once: its kernel disconnects, which ends the
+// session. The protocol is described in the source (proto.go, resume.go).
 //
 // # Statistics
 //

@@ -363,7 +363,12 @@ func (c *Client) resume(ctx context.Context) error {
 		}
 	}
 	for {
-		err := c.handshake(rctx)
+		// Each try gets a sixth of the time: a connection request sent
+		// while the wire is still cut waits for the connection
+		// manager's retries, seconds, and the next try may find it back.
+		actx, acancel := context.WithTimeout(rctx, c.cfg.ResumeWithin/6)
+		err := c.handshake(actx)
+		acancel()
 		if err == nil {
 			break
 		}

@@ -34,7 +34,9 @@ import (
 // the window is refused with rma.ErrOutOfWindow, a misaligned atomic with
 // rma.ErrAlignment, both before anything is sent. A dead, restarted or
 // closed server makes the call, and every later call of the client, fail
-// with an error matching verbs.ErrPeerLost; Dial again.
+// with an error matching verbs.ErrPeerLost; Dial again. A wire that fails
+// for less than ClientConfig.ResumeWithin does not: the client resumes
+// its session (see the package documentation, Sessions).
 type Window struct {
 	c       *Client
 	name    string

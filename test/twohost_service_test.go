@@ -5,6 +5,7 @@ package test
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/onesided/rma"
+	"github.com/onesided/rma/datatype"
 	"github.com/onesided/rma/op"
 	"github.com/onesided/rma/service"
 	"github.com/onesided/rma/verbs"
@@ -127,6 +129,161 @@ func twoHostProbeClient(ctx context.Context, secret []byte) error {
 	fmt.Fprintf(os.Stderr, "host1: the lock holder's calls after the duplicated probes: old value %d, unlock ok\n", v)
 	if v != 1 {
 		return fmt.Errorf("FetchAndOp after the duplicated probes returned %d, want 1", v)
+	}
+	return nil
+}
+
+// twoHostResumeAddr is the service server of TestTwoHostServiceResume, on host0.
+const twoHostResumeAddr = "10.77.0.1:17079"
+
+// twoHostResumeCut is how long host0 sends nothing in TestTwoHostServiceResume.
+const twoHostResumeCut = 1500 * time.Millisecond
+
+// TestTwoHostServiceResume: a client on host1 holds a service lock and
+// calls on, in a loop, a NIC FetchAndOp, an engine Accumulate and a
+// locked read-modify-write (Get, then Put of the value plus one), while
+// every frame host0 sends is dropped for twoHostResumeCut (netem on
+// host0's eth0): the connection fails on the transport (the client's and
+// the server's retries run out) with calls in flight. The client resumes
+// its session on a new connection: no call fails but a FetchAndOp whose
+// outcome is unknown (verbs.ErrOutcomeUnknown), the server gave its lock
+// to nobody (no recovery), the engine's counter and the locked counter
+// are exact, and the NIC counter lies between the FetchAndOps that
+// returned and those plus the unknown ones. The client writes its counts
+// into the window before it unlocks; the server checks them. It is
+// skipped unless rxevm -hosts 2 runs it (with the sch_netem module).
+func TestTwoHostServiceResume(t *testing.T) {
+	host := twoHostRank(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	secret := []byte("rma-two-host-resume")
+	if host == 1 {
+		if err := twoHostResumeClient(ctx, secret); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	mem, err := verbs.Alloc(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer verbs.Free(mem)
+	srv, err := service.Listen(ctx, twoHostResumeAddr, service.ServerConfig{Secret: secret, ProbeInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	if err := srv.Expose("w", mem); err != nil {
+		t.Fatal(err)
+	}
+	for srv.Stats().Windows["w"].EngineOps < 100 {
+		if ctx.Err() != nil {
+			t.Fatal("the client did not start")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	tc := func(args ...string) {
+		out, err := exec.Command("tc", args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("tc %v: %v\n%s", args, err, out)
+		}
+	}
+	tc("qdisc", "add", "dev", "eth0", "root", "netem", "loss", "100%")
+	t.Logf("host0: every frame sent is dropped, for %v", twoHostResumeCut)
+	time.Sleep(twoHostResumeCut)
+	tc("qdisc", "del", "dev", "eth0", "root")
+	for srv.Stats().Disconnects == 0 || srv.Conns() > 0 {
+		if ctx.Err() != nil {
+			t.Fatal("the client did not finish")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	st := srv.Stats()
+	word := func(disp int) uint64 { return binary.NativeEndian.Uint64(mem[disp:]) }
+	nic, engine, locked := word(0), uint64(binary.NativeEndian.Uint32(mem[8:])), word(16)
+	ok, unknown, accs, rmws := word(64), word(72), word(80), word(88)
+	t.Logf("host0: sessions held %d, resumed %d, lock recoveries %d; NIC counter %d (%d returned, %d unknown), engine %d of %d, locked %d of %d",
+		st.Held, st.Resumed, st.LockRecoveries, nic, ok, unknown, engine, accs, locked, rmws)
+	fmt.Printf("service resume: sessions held %d, resumed %d; FetchAndOps %d returned, %d unknown\n", st.Held, st.Resumed, ok, unknown)
+	if st.Resumed == 0 || st.LockRecoveries != 0 {
+		t.Errorf("%d sessions resumed, %d locks recovered; want at least 1 and 0", st.Resumed, st.LockRecoveries)
+	}
+	if accs == 0 || engine != accs || locked != rmws || nic < ok || nic > ok+unknown {
+		t.Errorf("counters: engine %d (want %d), locked %d (want %d), NIC %d (want %d to %d)", engine, accs, locked, rmws, nic, ok, ok+unknown)
+	}
+}
+
+// twoHostResumeClient is host1's part: lock, then call in a loop until
+// 4 s after its connection was resumed (or 60 s), then write its counts
+// into the window (disp 64: FetchAndOps returned, unknown, Accumulates,
+// locked increments), unlock and close.
+func twoHostResumeClient(ctx context.Context, secret []byte) error {
+	var cl *service.Client
+	for {
+		var err error
+		if cl, err = service.Dial(ctx, twoHostResumeAddr, service.ClientConfig{Secret: secret}); err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("dial: %w", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	defer cl.Close()
+	w, err := cl.Open(ctx, "w")
+	if err != nil {
+		return err
+	}
+	if err := w.Lock(ctx, win.LockExclusive); err != nil {
+		return err
+	}
+	var ok, unknown, accs, rmws uint64
+	start, slow := time.Now(), time.Duration(0)
+	var until time.Time
+	for i := 0; time.Now().Before(start.Add(time.Minute)) && (until.IsZero() || time.Now().Before(until)); i++ {
+		t0 := time.Now()
+		_, err := rma.FetchAndOp(ctx, w, int64(1), 0, op.Sum)
+		switch {
+		case err == nil:
+			ok++
+		case errors.Is(err, verbs.ErrOutcomeUnknown):
+			unknown++
+		default:
+			return fmt.Errorf("FetchAndOp %d: %w", i, err)
+		}
+		// An int32 sum: the server's engine applies it.
+		if err := w.Accumulate(ctx, binary.NativeEndian.AppendUint32(nil, 1), datatype.Int32, 8, op.Sum); err != nil {
+			return fmt.Errorf("Accumulate %d: %w", i, err)
+		}
+		accs++
+		var b [8]byte
+		if err := w.Get(ctx, b[:], 16); err != nil {
+			return fmt.Errorf("Get %d: %w", i, err)
+		}
+		if err := w.Put(ctx, binary.NativeEndian.AppendUint64(nil, binary.NativeEndian.Uint64(b[:])+1), 16); err != nil {
+			return fmt.Errorf("Put %d: %w", i, err)
+		}
+		rmws++
+		if d := time.Since(t0); d > slow {
+			slow = d
+		}
+		if until.IsZero() && time.Since(t0) > 500*time.Millisecond {
+			until = time.Now().Add(4 * time.Second) // resumed: go on a while
+		}
+	}
+	fmt.Fprintf(os.Stderr, "host1: %d iterations, the slowest %v; FetchAndOps %d returned, %d unknown\n", rmws, slow, ok, unknown)
+	if until.IsZero() {
+		return errors.New("no call waited for a resumption: the wire was not cut")
+	}
+	var counts []byte
+	for _, v := range []uint64{ok, unknown, accs, rmws} {
+		counts = binary.NativeEndian.AppendUint64(counts, v)
+	}
+	if err := w.Put(ctx, counts, 64); err != nil {
+		return err
+	}
+	if err := w.Unlock(ctx); err != nil {
+		return fmt.Errorf("Unlock after the resumption: %w", err)
 	}
 	return nil
 }
