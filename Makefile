@@ -78,7 +78,8 @@ consumer: tools
 # TestTwoHostServiceProbe duplicates host0's frames with netem while a
 # client on host1 holds a service lock that the server probes;
 # TestTwoHostServiceResume drops them all for 1.5 s while the client calls,
-# and the client resumes its session.
+# and the client resumes its session; TestTwoHostServiceResumeIdle, the same
+# while the client holds its lock without a call.
 # Second boot: TestTwoHostHostDeath (rxevm kills host1's guest when its test
 # asks) on a wire that loses 2% of the frames. Both death tests print how long
 # each path took to report ErrPeerLost.
@@ -89,7 +90,7 @@ consumer: tools
 # frame is dropped for 6 s. make lossy-heavy runs TestTwoHostLossy at 5%
 # loss, beyond the bound the library states.
 TWOHOST_TEST := $(BIN)/integration.test -test.v -test.count=1
-TWOHOST_RUN1 := -test.run="^TestTwoHost(|Examples|Subset|ServiceProbe|ServiceResume|ProcessDeath)$$"
+TWOHOST_RUN1 := -test.run="^TestTwoHost(|Examples|Subset|ServiceProbe|ServiceResume|ServiceResumeIdle|ProcessDeath)$$"
 twohost: tools
 	$(GO) test -c -tags integration -o $(BIN)/integration.test ./test
 	RMA_SECRET=$$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n') RMA_EXAMPLES_DIR=$(BIN) \

@@ -215,6 +215,7 @@ func Dial(ctx context.Context, addr string, cfg ClientConfig) (c *Client, err er
 		return nil, err
 	}
 	c.reconnect, c.breakQP = c.redial, func() { c.vqp.SetError() }
+	c.startKeepalive()
 	return c, nil
 }
 
@@ -325,6 +326,7 @@ func (c *Client) redial(ctx context.Context) (cNonce, sNonce [nonceLen]byte, err
 	}
 	qp.SetMinRNRTimer(12)
 	c.stopWatch()
+	c.lost.Store(false) // the failed connection's disconnect, if its watch saw it
 	c.stale = append(c.stale, c.vqp, c.id)
 	c.id, c.vqp = id, qp
 	c.qp, c.qpn = verbsQP{qp}, qp.Num()
@@ -359,6 +361,7 @@ func (c *Client) watch(id *verbs.CMID, ctx context.Context) {
 		if ev.Type == verbs.CMDisconnected || ev.Type == verbs.CMDeviceRemoval {
 			c.lost.Store(true)
 			c.cc.Wake()
+			go c.mendIdle()
 		}
 	}
 }
@@ -383,6 +386,9 @@ func (c *Client) authenticate(ctx context.Context, cNonce, sNonce *[nonceLen]byt
 			return fmt.Errorf("%w: the server's proof is wrong (the secrets differ)", ErrAuth)
 		}
 		c.session = r.session
+		if r.rkey != 0 {
+			c.orderAddr, c.orderKey, c.hasOrder = r.addr, c.addKey(r.rkey), true
+		}
 		switch {
 		case !c.atomics:
 		case r.rkey == 0:
@@ -390,7 +396,7 @@ func (c *Client) authenticate(ctx context.Context, cNonce, sNonce *[nonceLen]byt
 		default:
 			// Calls whose NIC atomics would not be in host byte order
 			// take the server's engine instead.
-			err := probeOrder(ctx, (*clientNIC)(c), r.addr, c.addKey(r.rkey))
+			err := probeOrder(ctx, (*clientNIC)(c), c.orderAddr, c.orderKey)
 			if !errors.Is(err, verbs.ErrNotSupported) {
 				return err
 			}
@@ -521,6 +527,7 @@ func (c *Client) Close() error {
 // release frees what Dial made, in reverse order; c.mu is held or the
 // client was never returned.
 func (c *Client) release() error {
+	c.stopKeepalive()
 	c.stopWatch()
 	c.dropStale()
 	var errs []error

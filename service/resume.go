@@ -187,9 +187,10 @@ func (s *Server) letGo(now time.Time) (next time.Time) {
 // resumeTag marks the work request ids of a resumption's messages.
 const resumeTag = 1 << 61
 
-// resumeLen is the room in Client.buf for a resumption's messages: one
-// request, and maxLockWaits lock requests sent again.
-const resumeLen = recvSize + maxLockWaits*lockLen
+// resumeLen is the room in Client.buf for a resumption's messages (one
+// request, and maxLockWaits lock requests sent again) and the word a
+// keepalive reads.
+const resumeLen = recvSize + maxLockWaits*lockLen + 8
 
 // handshakeSeq is the sequence number of a resumption's messages.
 const handshakeSeq = 1<<31 - 1
@@ -218,6 +219,12 @@ type resumeState struct {
 	reconnect func(ctx context.Context) (cNonce, sNonce [nonceLen]byte, err error)
 	breakQP   func()
 	stale     []any // what redial left for dropStale
+	// The server's byte-order word, which keepalive reads.
+	orderAddr uint64
+	orderKey  uint32 // its handle
+	hasOrder  bool
+	kcancel   context.CancelFunc
+	kdone     chan struct{}
 	resumes   int
 }
 
@@ -243,8 +250,13 @@ func (c *Client) rkey(wr *verbs.SendWR) uint32 {
 	return c.rkeys[wr.RKey]
 }
 
-// post posts wr (its RKey a handle) and records it; mu is held.
+// post posts wr (its RKey a handle) and records it; mu is held. While
+// the QP is failed it only records it: resume posts it.
 func (c *Client) post(wr verbs.SendWR) error {
+	if c.broken {
+		c.record(wr)
+		return nil
+	}
 	c.one[0] = wr
 	c.one[0].RKey = c.rkey(&wr)
 	if _, err := c.qp.PostList(c.one[:]); err != nil {
@@ -384,12 +396,91 @@ func (c *Client) resume(ctx context.Context) error {
 	if c.stale != nil {
 		c.dropStale()
 	}
+	c.broken, c.cut = false, false
 	if err := c.replay(); err != nil {
 		return give(err)
 	}
-	c.broken, c.cut = false, false
 	c.resumes++
 	return nil
+}
+
+// startKeepalive starts keepalive.
+func (c *Client) startKeepalive() {
+	if !c.hasOrder {
+		return // no word to read: a failure is found by the next call
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c.kcancel, c.kdone = cancel, make(chan struct{})
+	go c.keepalive(ctx)
+}
+
+// stopKeepalive stops keepalive.
+func (c *Client) stopKeepalive() {
+	if c.kcancel != nil {
+		c.kcancel()
+		<-c.kdone
+		c.kcancel = nil
+	}
+}
+
+// keepalive finds, while the client holds or waits for a lock, that its
+// connection failed although it makes no call: every ResumeWithin/4 that
+// no call runs, it READs the server's byte-order word, whose failure
+// then resumes the session before the server lets it go (the server
+// holds it for its own ResumeWithin from when its probes of the lock
+// holder fail).
+func (c *Client) keepalive(ctx context.Context) {
+	defer close(c.kdone)
+	t := time.NewTicker(c.cfg.ResumeWithin / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !c.mu.TryLock() {
+			continue // a call runs: it finds a failure
+		}
+		if !c.closed && c.err == nil && c.locking() && c.begin(ctx) == nil {
+			c.posted++
+			err := c.post(verbs.SendWR{WRID: c.posted, Local: c.mr.Local(c.resumeOff()+resumeLen-8, 8),
+				RAddr: c.orderAddr, RKey: c.orderKey, Op: verbs.OpRead, Flags: verbs.SendSignaled})
+			if err != nil {
+				c.posted--
+			} else {
+				c.wait(ctx, c.posted, 0)
+			}
+		}
+		c.mu.Unlock()
+	}
+}
+
+// locking reports whether the client holds or waits for a lock; mu is
+// held.
+func (c *Client) locking() bool {
+	if len(c.waits) > 0 {
+		return true
+	}
+	for _, w := range c.wins {
+		if w.lock != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// mendIdle resumes the session of a client that no call is using when
+// its connection fails (watch saw the server's disconnect): the server
+// holds the session only for its ResumeWithin.
+func (c *Client) mendIdle() {
+	if !c.mu.TryLock() {
+		return // the holder of mu resumes it
+	}
+	defer c.mu.Unlock()
+	if !c.closed {
+		c.mend(context.Background())
+	}
 }
 
 var errLetGo = errors.New("the server let the session go")
@@ -422,6 +513,9 @@ func (c *Client) handshake(ctx context.Context) error {
 	}
 	if !r.resumed {
 		return errLetGo
+	}
+	if c.hasOrder && r.rkey != 0 {
+		c.orderAddr, c.rkeys[c.orderKey] = r.addr, r.rkey
 	}
 	for _, w := range c.wins {
 		if err := c.ask(ctx, putOpen(b, handshakeSeq, w.name)); err != nil {

@@ -287,3 +287,114 @@ func twoHostResumeClient(ctx context.Context, secret []byte) error {
 	}
 	return nil
 }
+
+// TestTwoHostServiceResumeIdle: as TestTwoHostServiceResume, but the
+// client holds its lock idle, with no call in flight, while host0 drops
+// every frame it sends for twoHostResumeCut; the server's probes of the
+// lock holder fail and it holds the session. The client, told by the
+// server's disconnect once the wire is back, resumes it before the
+// server lets it go, although it makes no call: its calls after 8 s
+// succeed, on the lock it held, and the server recovered no lock.
+func TestTwoHostServiceResumeIdle(t *testing.T) {
+	host := twoHostRank(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	secret := []byte("rma-two-host-resume-idle")
+	if host == 1 {
+		if err := twoHostResumeIdleClient(ctx, secret); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	mem, err := verbs.Alloc(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer verbs.Free(mem)
+	srv, err := service.Listen(ctx, twoHostResumeAddr, service.ServerConfig{Secret: secret, ProbeInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	if err := srv.Expose("w", mem); err != nil {
+		t.Fatal(err)
+	}
+	held := func() bool {
+		for _, c := range srv.Stats().Connections {
+			if c.LocksHeld > 0 {
+				return true
+			}
+		}
+		return false
+	}
+	for !held() {
+		if ctx.Err() != nil {
+			t.Fatal("no client took the lock")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond)
+	tc := func(args ...string) {
+		out, err := exec.Command("tc", args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("tc %v: %v\n%s", args, err, out)
+		}
+	}
+	tc("qdisc", "add", "dev", "eth0", "root", "netem", "loss", "100%")
+	t.Logf("host0: every frame sent is dropped, for %v", twoHostResumeCut)
+	time.Sleep(twoHostResumeCut)
+	tc("qdisc", "del", "dev", "eth0", "root")
+	for srv.Stats().Disconnects == 0 || srv.Conns() > 0 {
+		if ctx.Err() != nil {
+			t.Fatal("the client did not finish")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	st := srv.Stats()
+	counter := binary.NativeEndian.Uint64(mem)
+	t.Logf("host0: sessions held %d, resumed %d, lock recoveries %d, counter %d", st.Held, st.Resumed, st.LockRecoveries, counter)
+	fmt.Printf("service resume idle: sessions held %d, resumed %d, lock recoveries %d\n", st.Held, st.Resumed, st.LockRecoveries)
+	if st.Held == 0 || st.Resumed == 0 || st.LockRecoveries != 0 || counter != 2 {
+		t.Errorf("sessions held %d and resumed %d (want at least 1 each), lock recoveries %d (want 0), counter %d (want 2)",
+			st.Held, st.Resumed, st.LockRecoveries, counter)
+	}
+}
+
+// twoHostResumeIdleClient is host1's part: lock, add 1, hold the lock 8 s
+// without a call, add 1, unlock.
+func twoHostResumeIdleClient(ctx context.Context, secret []byte) error {
+	var cl *service.Client
+	for {
+		var err error
+		if cl, err = service.Dial(ctx, twoHostResumeAddr, service.ClientConfig{Secret: secret}); err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("dial: %w", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	defer cl.Close()
+	w, err := cl.Open(ctx, "w")
+	if err != nil {
+		return err
+	}
+	if err := w.Lock(ctx, win.LockExclusive); err != nil {
+		return err
+	}
+	if _, err := rma.FetchAndOp(ctx, w, int64(1), 0, op.Sum); err != nil {
+		return err
+	}
+	time.Sleep(8 * time.Second)
+	v, err := rma.FetchAndOp(ctx, w, int64(1), 0, op.Sum)
+	if err != nil {
+		return fmt.Errorf("FetchAndOp after the idle cut: %w", err)
+	}
+	if err := w.Unlock(ctx); err != nil {
+		return fmt.Errorf("Unlock after the idle cut: %w", err)
+	}
+	if v != 1 {
+		return fmt.Errorf("FetchAndOp after the idle cut returned %d, want 1", v)
+	}
+	return nil
+}
