@@ -206,7 +206,7 @@ type resumeState struct {
 	one      [1]verbs.SendWR
 	broken   bool      // the QP failed: mend resumes the session
 	cut      bool      // the first failed work request is known
-	brokenAt time.Time //
+	brokenAt time.Time // when broken was set: ResumeWithin counts from it
 	unknown  uint64    // a NIC atomic of the serialized path whose outcome is unknown
 	hsLen    int       // the reply to a resumption's message
 	hs       [recvSize]byte
@@ -225,7 +225,6 @@ type resumeState struct {
 	hasOrder  bool
 	kcancel   context.CancelFunc
 	kdone     chan struct{}
-	resumes   int
 }
 
 func (c *Client) resumeOff() int { return c.laneOff() + laneData*maxLanes }
@@ -400,7 +399,7 @@ func (c *Client) resume(ctx context.Context) error {
 	if err := c.replay(); err != nil {
 		return give(err)
 	}
-	c.resumes++
+	c.stats.resumes.Add(1)
 	return nil
 }
 

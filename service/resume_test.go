@@ -128,8 +128,9 @@ func TestClientResume(t *testing.T) {
 			cur := fs.conns[len(fs.conns)-1].sc
 			fs.s.mu.Unlock()
 			fs.mu.Unlock()
-			if held != cur || resumed != 1 {
-				t.Errorf("%s: the lock is held by %p (the resumed connection is %p), %d sessions resumed; want it, 1", name, held, cur, resumed)
+			if held != cur || resumed != 1 || c.Stats().Resumes != 1 {
+				t.Errorf("%s: the lock is held by %p (the resumed connection is %p), %d sessions resumed (the client counted %d); want it, 1",
+					name, held, cur, resumed, c.Stats().Resumes)
 			}
 			// Calls go on, on the new connection, with the window's new key.
 			if err := w.Put(ctx, u64(7), 16); err != nil || fs.word(16) != 7 {

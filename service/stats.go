@@ -91,12 +91,13 @@ type ClientStats struct {
 	EngineOps     uint64 // accumulate messages the server's engine applied
 	EngineRejects uint64 // accumulate messages it refused
 	Locks         uint64 // locks taken (Lock, LockAll)
+	Resumes       uint64 // sessions resumed on a new connection (package documentation, Sessions)
 }
 
 // counters are a client's ClientStats, updated as it goes.
 type counters struct {
 	nicAtomics, reads, writes, bytesRead, bytesWritten atomic.Uint64
-	engineOps, engineRejects, locks                    atomic.Uint64
+	engineOps, engineRejects, locks, resumes           atomic.Uint64
 }
 
 // Stats returns the client's counters. It does not wait for calls in
@@ -105,5 +106,6 @@ func (c *Client) Stats() ClientStats {
 	k := &c.stats
 	return ClientStats{NICAtomics: k.nicAtomics.Load(), Reads: k.reads.Load(), Writes: k.writes.Load(),
 		BytesRead: k.bytesRead.Load(), BytesWritten: k.bytesWritten.Load(),
-		EngineOps: k.engineOps.Load(), EngineRejects: k.engineRejects.Load(), Locks: k.locks.Load()}
+		EngineOps: k.engineOps.Load(), EngineRejects: k.engineRejects.Load(), Locks: k.locks.Load(),
+		Resumes: k.resumes.Load()}
 }
