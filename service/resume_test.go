@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/onesided/rma"
 	"github.com/onesided/rma/datatype"
+	"github.com/onesided/rma/fallback"
 	"github.com/onesided/rma/op"
 	"github.com/onesided/rma/verbs"
 )
@@ -179,5 +181,93 @@ func TestClientResumeLetGo(t *testing.T) {
 	}
 	if err := w.Put(ctx, u64(1), 0); !errors.Is(err, verbs.ErrPeerLost) {
 		t.Errorf("a second Put: %v, want ErrPeerLost", err)
+	}
+}
+
+// TestServerResume: the server's side of a resumption. A session whose
+// connection failed on the transport is held; a new connection that
+// resumes it takes its place in the lock queue (its lock request sent
+// again waits there and is granted once), and a request it sends again
+// after the server handled it gets the recorded reply and is not applied
+// again. A connection of a session that still looks alive is failed when
+// another resumes it.
+func TestServerResume(t *testing.T) {
+	s := newLogicServer(t)
+	now := time.Now()
+	a, ra := s.conn(AccessAll) // the client whose connection fails
+	b, rb := s.conn(AccessAll) // holds the lock meanwhile
+	s.newSession(a)
+	s.newSession(b)
+	s.send(b, lockMsg(msgLock, 1, lockExclusive))
+	wantReply(t, "b's lock", rb.take(), msgOK, 1, 0)
+	s.send(a, accMsg(t, 7, fallback.KindGetAccumulate, op.Sum, 5))
+	applied := ra.take()
+	s.send(a, lockMsg(msgLock, 8, lockExclusive))
+	wantNone(t, "a's lock, waiting", ra)
+
+	// a's connection fails: its session is held, its request still waits.
+	s.mu.Lock()
+	a.broken = true
+	if !s.hold(a, now) {
+		t.Fatal("the session of a connection broken on the transport was not held")
+	}
+	s.mu.Unlock()
+	n, rn := s.conn(0)
+	s.mu.Lock()
+	ok := s.resume(n, &a.session)
+	s.mu.Unlock()
+	if !ok || !a.moved || n.session != a.session || n.grants[s.win.id] == nil {
+		t.Fatalf("resume: %v, moved %v, the grant carried %v", ok, a.moved, n.grants[s.win.id] != nil)
+	}
+	// Sent again: the accumulate gets its recorded reply, once applied;
+	// the lock request stays in its place.
+	s.send(n, accMsg(t, 7, fallback.KindGetAccumulate, op.Sum, 5))
+	if again := rn.take(); len(again) != 1 || !bytes.Equal(again[0], applied[0]) {
+		t.Errorf("the accumulate sent again got %x, want the recorded reply %x", again, applied)
+	}
+	if got := int64(binary.NativeEndian.Uint64(s.win.mem)); got != 5 {
+		t.Errorf("the word is %d after the accumulate and its resend, want 5 (applied once)", got)
+	}
+	s.send(n, lockMsg(msgLock, 8, lockExclusive))
+	wantNone(t, "the lock request sent again", rn)
+	if q := s.win.locks.queue; len(q) != 1 || q[0].c != n {
+		t.Fatalf("the lock queue has %d requests (the first %p), want one, the new connection's %p", len(q), q[0].c, n)
+	}
+	s.send(b, lockMsg(msgUnlock, 2, 0))
+	wantReply(t, "b's unlock", rb.take(), msgOK, 2, 0)
+	wantReply(t, "the grant to the resumed session", rn.take(), msgOK, 8, 0)
+	if s.win.locks.excl != n {
+		t.Errorf("the lock is held by %p, want the resumed connection %p", s.win.locks.excl, n)
+	}
+
+	// A held session is let go in time, the locks given up.
+	s.mu.Lock()
+	n.broken = true
+	s.hold(n, now)
+	next := s.letGo(now.Add(time.Second))
+	if next.IsZero() || s.win.locks.excl != n {
+		t.Errorf("after 1 s: the next let-go at %v, the lock held by %p; want a time, %p", next, s.win.locks.excl, n)
+	}
+	s.letGo(now.Add(s.cfg.ResumeWithin))
+	if s.win.locks.excl != nil || s.sessions[n.session] != nil {
+		t.Errorf("after ResumeWithin: the lock held by %p, the session %v; want neither", s.win.locks.excl, s.sessions[n.session])
+	}
+	s.mu.Unlock()
+
+	// A session whose connection looks alive moves, and that connection is failed.
+	c, _ := s.conn(AccessAll)
+	s.newSession(c)
+	m, _ := s.conn(0)
+	s.mu.Lock()
+	ok = s.resume(m, &c.session)
+	s.mu.Unlock()
+	if !ok || !c.kill || !c.moved || s.sessions[c.session] != m {
+		t.Errorf("resuming a live session: %v, the old connection killed %v, moved %v", ok, c.kill, c.moved)
+	}
+	// An unknown session is not resumed.
+	var unknown session
+	unknown[0] = 1
+	if s.resume(m, &unknown) {
+		t.Error("an unknown session was resumed")
 	}
 }
