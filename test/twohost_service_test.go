@@ -42,43 +42,12 @@ func TestTwoHostServiceProbe(t *testing.T) {
 		}
 		return
 	}
-	mem, err := verbs.Alloc(4096)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer verbs.Free(mem)
-	srv, err := service.Listen(ctx, twoHostSvcAddr, service.ServerConfig{Secret: secret, ProbeInterval: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	if err := srv.Expose("w", mem); err != nil {
-		t.Fatal(err)
-	}
-	held := func() bool {
-		for _, c := range srv.Stats().Connections {
-			if c.LocksHeld > 0 {
-				return true
-			}
-		}
-		return false
-	}
-	for !held() {
-		if ctx.Err() != nil {
-			t.Fatal("no client took the lock")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	tc := func(args ...string) {
-		out, err := exec.Command("tc", args...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("tc %v: %v\n%s", args, err, out)
-		}
-	}
-	tc("qdisc", "add", "dev", "eth0", "root", "netem", "duplicate", "100%")
+	srv, mem := twoHostServer(t, ctx, twoHostSvcAddr, secret, 50*time.Millisecond)
+	twoHostLockHeld(t, ctx, srv)
+	twoHostTC(t, "qdisc", "add", "dev", "eth0", "root", "netem", "duplicate", "100%")
 	t.Log("host0: every frame sent is duplicated, for 2 s")
 	time.Sleep(2 * time.Second)
-	tc("qdisc", "del", "dev", "eth0", "root")
+	twoHostTC(t, "qdisc", "del", "dev", "eth0", "root")
 	for srv.Stats().Disconnects == 0 {
 		if ctx.Err() != nil {
 			t.Fatal("the client did not disconnect")
@@ -96,16 +65,9 @@ func TestTwoHostServiceProbe(t *testing.T) {
 // twoHostProbeClient is host1's part: lock, add 1, hold the lock 5 s
 // (the server duplicates its frames meanwhile), add 1, unlock.
 func twoHostProbeClient(ctx context.Context, secret []byte) error {
-	var cl *service.Client
-	for {
-		var err error
-		if cl, err = service.Dial(ctx, twoHostSvcAddr, service.ClientConfig{Secret: secret}); err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("dial: %w", err)
-		}
-		time.Sleep(100 * time.Millisecond)
+	cl, err := twoHostDial(ctx, twoHostSvcAddr, secret)
+	if err != nil {
+		return err
 	}
 	defer cl.Close()
 	w, err := cl.Open(ctx, "w")
@@ -163,35 +125,17 @@ func TestTwoHostServiceResume(t *testing.T) {
 		}
 		return
 	}
-	mem, err := verbs.Alloc(4096)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer verbs.Free(mem)
-	srv, err := service.Listen(ctx, twoHostResumeAddr, service.ServerConfig{Secret: secret, ProbeInterval: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	if err := srv.Expose("w", mem); err != nil {
-		t.Fatal(err)
-	}
+	srv, mem := twoHostServer(t, ctx, twoHostResumeAddr, secret, 100*time.Millisecond)
 	for srv.Stats().Windows["w"].EngineOps < 100 {
 		if ctx.Err() != nil {
 			t.Fatal("the client did not start")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	tc := func(args ...string) {
-		out, err := exec.Command("tc", args...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("tc %v: %v\n%s", args, err, out)
-		}
-	}
-	tc("qdisc", "add", "dev", "eth0", "root", "netem", "loss", "100%")
+	twoHostTC(t, "qdisc", "add", "dev", "eth0", "root", "netem", "loss", "100%")
 	t.Logf("host0: every frame sent is dropped, for %v", twoHostResumeCut)
 	time.Sleep(twoHostResumeCut)
-	tc("qdisc", "del", "dev", "eth0", "root")
+	twoHostTC(t, "qdisc", "del", "dev", "eth0", "root")
 	for srv.Stats().Disconnects == 0 || srv.Conns() > 0 {
 		if ctx.Err() != nil {
 			t.Fatal("the client did not finish")
@@ -218,16 +162,9 @@ func TestTwoHostServiceResume(t *testing.T) {
 // into the window (disp 64: FetchAndOps returned, unknown, Accumulates,
 // locked increments), unlock and close.
 func twoHostResumeClient(ctx context.Context, secret []byte) error {
-	var cl *service.Client
-	for {
-		var err error
-		if cl, err = service.Dial(ctx, twoHostResumeAddr, service.ClientConfig{Secret: secret}); err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("dial: %w", err)
-		}
-		time.Sleep(100 * time.Millisecond)
+	cl, err := twoHostDial(ctx, twoHostResumeAddr, secret)
+	if err != nil {
+		return err
 	}
 	defer cl.Close()
 	w, err := cl.Open(ctx, "w")
@@ -306,44 +243,13 @@ func TestTwoHostServiceResumeIdle(t *testing.T) {
 		}
 		return
 	}
-	mem, err := verbs.Alloc(4096)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer verbs.Free(mem)
-	srv, err := service.Listen(ctx, twoHostResumeAddr, service.ServerConfig{Secret: secret, ProbeInterval: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	if err := srv.Expose("w", mem); err != nil {
-		t.Fatal(err)
-	}
-	held := func() bool {
-		for _, c := range srv.Stats().Connections {
-			if c.LocksHeld > 0 {
-				return true
-			}
-		}
-		return false
-	}
-	for !held() {
-		if ctx.Err() != nil {
-			t.Fatal("no client took the lock")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	srv, mem := twoHostServer(t, ctx, twoHostResumeAddr, secret, 100*time.Millisecond)
+	twoHostLockHeld(t, ctx, srv)
 	time.Sleep(500 * time.Millisecond)
-	tc := func(args ...string) {
-		out, err := exec.Command("tc", args...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("tc %v: %v\n%s", args, err, out)
-		}
-	}
-	tc("qdisc", "add", "dev", "eth0", "root", "netem", "loss", "100%")
+	twoHostTC(t, "qdisc", "add", "dev", "eth0", "root", "netem", "loss", "100%")
 	t.Logf("host0: every frame sent is dropped, for %v", twoHostResumeCut)
 	time.Sleep(twoHostResumeCut)
-	tc("qdisc", "del", "dev", "eth0", "root")
+	twoHostTC(t, "qdisc", "del", "dev", "eth0", "root")
 	for srv.Stats().Disconnects == 0 || srv.Conns() > 0 {
 		if ctx.Err() != nil {
 			t.Fatal("the client did not finish")
@@ -363,16 +269,9 @@ func TestTwoHostServiceResumeIdle(t *testing.T) {
 // twoHostResumeIdleClient is host1's part: lock, add 1, hold the lock 8 s
 // without a call, add 1, unlock.
 func twoHostResumeIdleClient(ctx context.Context, secret []byte) error {
-	var cl *service.Client
-	for {
-		var err error
-		if cl, err = service.Dial(ctx, twoHostResumeAddr, service.ClientConfig{Secret: secret}); err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("dial: %w", err)
-		}
-		time.Sleep(100 * time.Millisecond)
+	cl, err := twoHostDial(ctx, twoHostResumeAddr, secret)
+	if err != nil {
+		return err
 	}
 	defer cl.Close()
 	w, err := cl.Open(ctx, "w")
@@ -397,4 +296,62 @@ func twoHostResumeIdleClient(ctx context.Context, secret []byte) error {
 		return fmt.Errorf("FetchAndOp after the idle cut returned %d, want 1", v)
 	}
 	return nil
+}
+
+// twoHostServer is host0's service server on addr, with a window "w" of
+// 4096 bytes (its memory returned); both go when the test ends.
+func twoHostServer(t *testing.T, ctx context.Context, addr string, secret []byte, probe time.Duration) (*service.Server, []byte) {
+	t.Helper()
+	mem, err := verbs.Alloc(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { verbs.Free(mem) })
+	srv, err := service.Listen(ctx, addr, service.ServerConfig{Secret: secret, ProbeInterval: probe})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	if err := srv.Expose("w", mem); err != nil {
+		t.Fatal(err)
+	}
+	return srv, mem
+}
+
+// twoHostDial dials host0's server at addr until it listens.
+func twoHostDial(ctx context.Context, addr string, secret []byte) (*service.Client, error) {
+	for {
+		cl, err := service.Dial(ctx, addr, service.ClientConfig{Secret: secret})
+		if err == nil {
+			return cl, nil
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("dial: %w", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// twoHostTC runs tc with args (netem on host0's eth0).
+func twoHostTC(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command("tc", args...).CombinedOutput(); err != nil {
+		t.Fatalf("tc %v: %v\n%s", args, err, out)
+	}
+}
+
+// twoHostLockHeld waits until a client of srv holds a lock.
+func twoHostLockHeld(t *testing.T, ctx context.Context, srv *service.Server) {
+	t.Helper()
+	for {
+		for _, c := range srv.Stats().Connections {
+			if c.LocksHeld > 0 {
+				return
+			}
+		}
+		if ctx.Err() != nil {
+			t.Fatal("no client took the lock")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
