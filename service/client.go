@@ -158,13 +158,7 @@ func Dial(ctx context.Context, addr string, cfg ClientConfig) (c *Client, err er
 	if c.ch, err = verbs.NewEventChannel(); err != nil {
 		return nil, err
 	}
-	if c.id, err = c.ch.CreateID(); err != nil {
-		return nil, err
-	}
-	if err = c.id.ResolveAddr(ctx, netip.Addr{}, ap); err != nil {
-		return nil, err
-	}
-	if err = c.id.ResolveRoute(ctx); err != nil {
+	if c.id, err = c.newID(ctx); err != nil {
 		return nil, err
 	}
 	route, err := c.id.Route()
@@ -177,20 +171,8 @@ func Dial(ctx context.Context, addr string, cfg ClientConfig) (c *Client, err er
 	if err = c.setUp(); err != nil {
 		return nil, err
 	}
-	if err = c.id.SetAckTimeout(cfg.AckTimeout); err != nil {
-		return nil, err
-	}
-	if c.vqp, err = c.id.CreateQP(c.pd, verbs.QPConfig{SendCQ: c.vcq, RecvCQ: c.vcq, MaxSendWR: sendDepth, MaxRecvWR: clientRecv}); err != nil {
-		return nil, err
-	}
-	if err = c.useQP(); err != nil {
-		return nil, err
-	}
-	var cNonce [nonceLen]byte
-	if _, err = rand.Read(cNonce[:]); err != nil {
-		return nil, err
-	}
-	ev, err := c.id.Connect(ctx, verbs.ConnParam{PrivateData: appendHello(nil, &cNonce)})
+	var cNonce, sNonce [nonceLen]byte
+	c.vqp, cNonce, sNonce, err = c.connect(ctx, c.id)
 	if err != nil {
 		var ce *verbs.CMError
 		if errors.As(err, &ce) && ce.Event == verbs.CMRejected {
@@ -203,12 +185,10 @@ func Dial(ctx context.Context, addr string, cfg ClientConfig) (c *Client, err er
 		}
 		return nil, fmt.Errorf("service: dial %v: %w", ap, err)
 	}
-	sNonce, err := parseHello(ev.PrivateData)
-	if err != nil {
+	if err = c.useQP(); err != nil {
 		c.id.Disconnect()
 		return nil, err
 	}
-	c.vqp.SetMinRNRTimer(12)
 	c.startWatch()
 	if err = c.authenticate(ctx, &cNonce, &sNonce); err != nil {
 		c.id.Disconnect()
@@ -259,12 +239,60 @@ func (c *Client) setUp() error {
 func (c *Client) useQP() error {
 	c.cc, c.cq, c.qp, c.mr = c.vcc, c.vcq, verbsQP{c.vqp}, c.vmr
 	c.qpn = c.vqp.Num()
+	return c.postRecvs()
+}
+
+// postRecvs posts the receives on c.qp.
+func (c *Client) postRecvs() error {
 	for i := 0; i < clientRecv; i++ {
 		if err := c.qp.PostRecv(recvTag|uint64(i), c.mr.Local(recvOff+i*recvSize, recvSize)); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// newID makes a connection manager id, resolved to the server.
+func (c *Client) newID(ctx context.Context) (*verbs.CMID, error) {
+	id, err := c.ch.CreateID()
+	if err != nil {
+		return nil, err
+	}
+	if err = id.ResolveAddr(ctx, netip.Addr{}, c.addr); err == nil {
+		err = id.ResolveRoute(ctx)
+	}
+	if err != nil {
+		id.Close()
+		return nil, err
+	}
+	return id, nil
+}
+
+// connect makes id's QP, on the client's PD and CQ, and connects it to
+// the server, returning the handshake's nonces. The QP posts nothing yet
+// (the server sends nothing before the client's msgAuth).
+func (c *Client) connect(ctx context.Context, id *verbs.CMID) (qp *verbs.QP, cNonce, sNonce [nonceLen]byte, err error) {
+	if _, err = rand.Read(cNonce[:]); err != nil {
+		return nil, cNonce, sNonce, err
+	}
+	if err = id.SetAckTimeout(c.cfg.AckTimeout); err != nil {
+		return nil, cNonce, sNonce, err
+	}
+	if qp, err = id.CreateQP(c.pd, verbs.QPConfig{SendCQ: c.vcq, RecvCQ: c.vcq, MaxSendWR: sendDepth, MaxRecvWR: clientRecv}); err != nil {
+		return nil, cNonce, sNonce, err
+	}
+	ev, err := id.Connect(ctx, verbs.ConnParam{PrivateData: appendHello(nil, &cNonce)})
+	if err == nil {
+		if sNonce, err = parseHello(ev.PrivateData); err != nil {
+			id.Disconnect()
+		}
+	}
+	if err != nil {
+		qp.Close()
+		return nil, cNonce, sNonce, err
+	}
+	qp.SetMinRNRTimer(12)
+	return qp, cNonce, sNonce, nil
 }
 
 // startWatch starts watch on c.id.
@@ -288,43 +316,15 @@ func (c *Client) stopWatch() {
 // failed QP and its connection go once the session is resumed on the new
 // one: their disconnect must not reach the server before.
 func (c *Client) redial(ctx context.Context) (cNonce, sNonce [nonceLen]byte, err error) {
-	id, err := c.ch.CreateID()
+	id, err := c.newID(ctx)
 	if err != nil {
 		return cNonce, sNonce, err
 	}
-	var qp *verbs.QP
-	defer func() {
-		if err != nil {
-			if qp != nil {
-				qp.Close()
-			}
-			id.Close()
-		}
-	}()
-	if err = id.ResolveAddr(ctx, netip.Addr{}, c.addr); err != nil {
-		return cNonce, sNonce, err
-	}
-	if err = id.ResolveRoute(ctx); err != nil {
-		return cNonce, sNonce, err
-	}
-	if err = id.SetAckTimeout(c.cfg.AckTimeout); err != nil {
-		return cNonce, sNonce, err
-	}
-	if qp, err = id.CreateQP(c.pd, verbs.QPConfig{SendCQ: c.vcq, RecvCQ: c.vcq, MaxSendWR: sendDepth, MaxRecvWR: clientRecv}); err != nil {
-		return cNonce, sNonce, err
-	}
-	if _, err = rand.Read(cNonce[:]); err != nil {
-		return cNonce, sNonce, err
-	}
-	ev, err := id.Connect(ctx, verbs.ConnParam{PrivateData: appendHello(nil, &cNonce)})
+	qp, cNonce, sNonce, err := c.connect(ctx, id)
 	if err != nil {
+		id.Close()
 		return cNonce, sNonce, err
 	}
-	if sNonce, err = parseHello(ev.PrivateData); err != nil {
-		id.Disconnect()
-		return cNonce, sNonce, err
-	}
-	qp.SetMinRNRTimer(12)
 	c.stopWatch()
 	c.lost.Store(false) // the failed connection's disconnect, if its watch saw it
 	c.stale = append(c.stale, c.vqp, c.id)

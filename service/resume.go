@@ -493,10 +493,8 @@ func (c *Client) handshake(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for i := 0; i < clientRecv; i++ {
-		if err := c.qp.PostRecv(recvTag|uint64(i), c.mr.Local(recvOff+i*recvSize, recvSize)); err != nil {
-			return err
-		}
+	if err := c.postRecvs(); err != nil {
+		return err
 	}
 	b := c.buf[c.resumeOff():]
 	n := putAuth(b, handshakeSeq, c.cfg.Secret, &sNonce, &cNonce, c.probeAddr, c.probeKey, &c.session, c.cfg.Name)
