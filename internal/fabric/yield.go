@@ -3,6 +3,7 @@ package fabric
 import (
 	"bytes"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"syscall"
 )
@@ -46,32 +47,64 @@ func runnableOverCPUs() bool {
 }
 
 // runnable reads the number of runnable threads from /proc/loadavg
-// ("0.10 0.20 0.30 RUNNING/TOTAL LASTPID"), -1 if it cannot.
+// ("0.10 0.20 0.30 RUNNING/TOTAL LASTPID"), -1 if it cannot. It
+// allocates nothing: it runs on the path of calls (yield), into a buffer
+// of its own; a caller that finds another reading it returns the last
+// count read.
 func runnable() int {
 	if loadavg < 0 {
 		return -1
 	}
-	var buf [128]byte
-	n, err := syscall.Pread(loadavg, buf[:], 0)
+	if !load.mu.TryLock() {
+		return int(load.last.Load())
+	}
+	defer load.mu.Unlock()
+	n, err := syscall.Pread(loadavg, load.buf[:], 0)
 	if err != nil || n <= 0 {
 		return -1
 	}
-	return parseRunnable(buf[:n])
+	v := parseRunnable(load.buf[:n])
+	load.last.Store(int32(v))
+	return v
 }
 
-// parseRunnable parses the running count of a /proc/loadavg line, -1 if
-// the line is not one.
+// load is runnable's buffer and last count.
+var load struct {
+	mu   sync.Mutex
+	buf  [128]byte
+	last atomic.Int32
+}
+
+// parseRunnable parses the running count of a /proc/loadavg line (its
+// fourth field, before the slash), -1 if the line is not one.
 func parseRunnable(b []byte) int {
-	f := bytes.Fields(b)
-	if len(f) < 4 {
-		return -1
+	field := 0
+	for i := 0; i < len(b); {
+		for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n') {
+			i++
+		}
+		start := i
+		for i < len(b) && b[i] != ' ' && b[i] != '\t' && b[i] != '\n' {
+			i++
+		}
+		if start == i {
+			break
+		}
+		if field++; field == 4 {
+			return parseCount(b[start:i])
+		}
 	}
-	slash := bytes.IndexByte(f[3], '/')
+	return -1
+}
+
+// parseCount parses "RUNNING/TOTAL" into RUNNING, -1 if it is not that.
+func parseCount(f []byte) int {
+	slash := bytes.IndexByte(f, '/')
 	if slash <= 0 {
 		return -1
 	}
 	v := 0
-	for _, c := range f[3][:slash] {
+	for _, c := range f[:slash] {
 		if c < '0' || c > '9' || v > 1<<20 {
 			return -1
 		}

@@ -16,6 +16,7 @@ func TestParseRunnable(t *testing.T) {
 		{"0.79 1.14 1.37 81 1", -1},
 		{"", -1},
 		{"a b c 99999999999999999999/1 1", -1},
+		{"  0.5\t0.4  0.3   3/9 7", 3},
 	} {
 		if got := parseRunnable([]byte(c.line)); got != c.want {
 			t.Errorf("parseRunnable(%q) = %d, want %d", c.line, got, c.want)
@@ -23,5 +24,8 @@ func TestParseRunnable(t *testing.T) {
 	}
 	if n := runnable(); n < 1 {
 		t.Errorf("runnable() = %d on this machine: this test's own thread is running", n)
+	}
+	if a := testing.AllocsPerRun(100, func() { runnable() }); a != 0 {
+		t.Errorf("runnable allocates %v times per call, want 0 (it runs on the path of calls)", a)
 	}
 }
