@@ -718,6 +718,10 @@ func (c *Client) complete(wc *verbs.WC) {
 	if wc.WRID&resumeTag != 0 {
 		return
 	}
+	if wc.WRID&keepTag != 0 {
+		c.retire(wc.WRID)
+		return
+	}
 	if wc.WRID&recvTag == 0 {
 		c.retire(wc.WRID)
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/onesided/rma/verbs"
@@ -184,8 +185,12 @@ func (s *Server) letGo(now time.Time) (next time.Time) {
 // failure (the server is gone, or let the session go) fails the client
 // with verbs.ErrPeerLost, as a failure did before.
 
-// resumeTag marks the work request ids of a resumption's messages.
-const resumeTag = 1 << 61
+// resumeTag marks the work request ids of a resumption's messages,
+// keepTag the keepalive's READs that a call's wait posts.
+const (
+	resumeTag = 1 << 61
+	keepTag   = 1 << 60
+)
 
 // resumeLen is the room in Client.buf for a resumption's messages (one
 // request, and maxLockWaits lock requests sent again) and the word a
@@ -225,6 +230,7 @@ type resumeState struct {
 	hasOrder  bool
 	kcancel   context.CancelFunc
 	kdone     chan struct{}
+	touchDue  atomic.Bool // keepalive asks the holder of mu to touch
 }
 
 func (c *Client) resumeOff() int { return c.laneOff() + laneData*maxLanes }
@@ -309,10 +315,10 @@ func (c *Client) breakAt(wc *verbs.WC) {
 	}
 	c.cut = true
 	for c.flen > 0 && c.fifo[c.fhead].WRID != wc.WRID {
-		wr := c.pop()
-		if wr.WRID&laneTag != 0 {
+		switch wr := c.pop(); {
+		case wr.WRID&laneTag != 0:
 			c.laneSent(int(wr.WRID &^ laneTag))
-		} else {
+		case wr.WRID&keepTag == 0:
 			c.done = wr.WRID
 		}
 	}
@@ -343,6 +349,9 @@ func (c *Client) mend(ctx context.Context) error {
 		}
 	}
 	if !c.broken {
+		if c.touchDue.Swap(false) {
+			c.touch()
+		}
 		return nil
 	}
 	if err := c.resume(ctx); err != nil {
@@ -422,12 +431,14 @@ func (c *Client) stopKeepalive() {
 	}
 }
 
-// keepalive finds, while the client holds or waits for a lock, that its
-// connection failed although it makes no call: every ResumeWithin/4 that
-// no call runs, it READs the server's byte-order word, whose failure
-// then resumes the session before the server lets it go (the server
-// holds it for its own ResumeWithin from when its probes of the lock
-// holder fail).
+// keepalive finds that the client's connection failed although nothing
+// the client posts fails: every ResumeWithin/4, it READs the server's
+// byte-order word (touch), whose failure then resumes the session before
+// the server lets it go (the server holds it for its own ResumeWithin
+// from when its replies or probes fail). A call may be waiting for a
+// reply the failed connection lost: keepalive then has the call's
+// polling touch (mend). With no call, it touches itself while the client
+// holds or waits for a lock.
 func (c *Client) keepalive(ctx context.Context) {
 	defer close(c.kdone)
 	t := time.NewTicker(c.cfg.ResumeWithin / 4)
@@ -439,7 +450,9 @@ func (c *Client) keepalive(ctx context.Context) {
 		case <-t.C:
 		}
 		if !c.mu.TryLock() {
-			continue // a call runs: it finds a failure
+			c.touchDue.Store(true) // for the call that polls
+			c.cc.Wake()
+			continue
 		}
 		if !c.closed && c.err == nil && c.locking() && c.begin(ctx) == nil {
 			c.posted++
@@ -453,6 +466,13 @@ func (c *Client) keepalive(ctx context.Context) {
 		}
 		c.mu.Unlock()
 	}
+}
+
+// touch posts a READ of the server's byte-order word, which fails if the
+// connection did (complete); mu is held.
+func (c *Client) touch() {
+	c.post(verbs.SendWR{WRID: keepTag, Local: c.mr.Local(c.resumeOff()+resumeLen-8, 8),
+		RAddr: c.orderAddr, RKey: c.orderKey, Op: verbs.OpRead, Flags: verbs.SendSignaled})
 }
 
 // locking reports whether the client holds or waits for a lock; mu is
@@ -587,6 +607,9 @@ func (c *Client) replay() error {
 		wr := c.pop()
 		lane := wr.WRID&laneTag != 0
 		i := int(wr.WRID &^ laneTag)
+		if wr.WRID&keepTag != 0 {
+			continue // a keepalive's READ: done its work
+		}
 		switch wr.Op {
 		case verbs.OpFetchAdd, verbs.OpCompareSwap:
 			if lane {
