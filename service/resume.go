@@ -370,7 +370,11 @@ func (c *Client) resume(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		c.fail(fmt.Errorf("service: the session could not be resumed within %v: %w", c.cfg.ResumeWithin, err))
+		msg := "service: the session could not be resumed"
+		if rctx.Err() != nil {
+			msg += " within " + c.cfg.ResumeWithin.String()
+		}
+		c.fail(fmt.Errorf("%s: %w", msg, err))
 		return c.err
 	}
 	// Learn which work requests the failed QP carried out.
@@ -392,7 +396,7 @@ func (c *Client) resume(ctx context.Context) error {
 		if err == nil {
 			break
 		}
-		if errors.Is(err, ErrAuth) || errors.Is(err, errLetGo) || rctx.Err() != nil {
+		if errors.Is(err, ErrAuth) || errors.Is(err, errLetGo) || refused(err) || rctx.Err() != nil {
 			return give(err)
 		}
 		select {
@@ -503,6 +507,23 @@ func (c *Client) mendIdle() {
 }
 
 var errLetGo = errors.New("the server let the session go")
+
+// refused reports whether err, a try's, says that no later try would do
+// better: the server's host answered that nothing listens there (the
+// server closed), or the server refused the connection for a reason of
+// this protocol other than being full (which a failed connection it
+// still counts may cause). A cut wire answers nothing.
+func refused(err error) bool {
+	var ce *verbs.CMError
+	if errors.Is(err, verbs.ErrNoListener) {
+		return true
+	}
+	if !errors.As(err, &ce) || ce.Event != verbs.CMRejected {
+		return false
+	}
+	r := parseReject(ce.PrivateData)
+	return r != 0 && r != rejectFull
+}
 
 // handshake connects again, resumes the session and opens the windows
 // again; mu is held.

@@ -271,3 +271,29 @@ func TestServerResume(t *testing.T) {
 		t.Error("an unknown session was resumed")
 	}
 }
+
+// TestRefused: a try of a resumption that the server's host or the
+// server refuses ends the resumption; one that finds the server full, or
+// an error a cut wire gives, does not.
+func TestRefused(t *testing.T) {
+	rejected := func(reason byte, status int) error {
+		return fmt.Errorf("connect: %w", &verbs.CMError{Op: "connect", Event: verbs.CMRejected, Status: status, PrivateData: rejectData(reason)})
+	}
+	for _, c := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"nothing listens", &verbs.CMError{Event: verbs.CMRejected, Status: 8}, true},
+		{"the server closes", rejected(rejectClosing, 28), true},
+		{"another protocol", rejected(rejectProtocol, 28), true},
+		{"the server is full", rejected(rejectFull, 28), false},
+		{"a reject of the connection manager", &verbs.CMError{Event: verbs.CMRejected, Status: 10}, false},
+		{"no answer", &verbs.CMError{Event: verbs.CMUnreachable}, false},
+		{"a context's end", context.DeadlineExceeded, false},
+	} {
+		if got := refused(c.err); got != c.want {
+			t.Errorf("%s (%v): refused %v, want %v", c.name, c.err, got, c.want)
+		}
+	}
+}
