@@ -65,7 +65,14 @@ func TestTwoHostServiceProbe(t *testing.T) {
 // twoHostProbeClient is host1's part: lock, add 1, hold the lock 5 s
 // (the server duplicates its frames meanwhile), add 1, unlock.
 func twoHostProbeClient(ctx context.Context, secret []byte) error {
-	cl, err := twoHostDial(ctx, twoHostSvcAddr, secret)
+	return twoHostHoldClient(ctx, twoHostSvcAddr, secret, 5*time.Second, "the duplicated probes")
+}
+
+// twoHostHoldClient dials addr, locks window "w", adds 1 to its first
+// word, holds the lock for hold without a call while the wire is tried
+// (what), adds 1 again (whose old value must be 1) and unlocks.
+func twoHostHoldClient(ctx context.Context, addr string, secret []byte, hold time.Duration, what string) error {
+	cl, err := twoHostDial(ctx, addr, secret)
 	if err != nil {
 		return err
 	}
@@ -80,17 +87,17 @@ func twoHostProbeClient(ctx context.Context, secret []byte) error {
 	if _, err := rma.FetchAndOp(ctx, w, int64(1), 0, op.Sum); err != nil {
 		return err
 	}
-	time.Sleep(5 * time.Second)
+	time.Sleep(hold)
 	v, err := rma.FetchAndOp(ctx, w, int64(1), 0, op.Sum)
 	if err != nil {
-		return fmt.Errorf("FetchAndOp after the duplicated probes: %w", err)
+		return fmt.Errorf("FetchAndOp after %s: %w", what, err)
 	}
 	if err := w.Unlock(ctx); err != nil {
-		return fmt.Errorf("Unlock after the duplicated probes: %w", err)
+		return fmt.Errorf("Unlock after %s: %w", what, err)
 	}
-	fmt.Fprintf(os.Stderr, "host1: the lock holder's calls after the duplicated probes: old value %d, unlock ok\n", v)
+	fmt.Fprintf(os.Stderr, "host1: the lock holder's calls after %s: old value %d, unlock ok\n", what, v)
 	if v != 1 {
-		return fmt.Errorf("FetchAndOp after the duplicated probes returned %d, want 1", v)
+		return fmt.Errorf("FetchAndOp after %s returned %d, want 1", what, v)
 	}
 	return nil
 }
@@ -269,33 +276,7 @@ func TestTwoHostServiceResumeIdle(t *testing.T) {
 // twoHostResumeIdleClient is host1's part: lock, add 1, hold the lock 8 s
 // without a call, add 1, unlock.
 func twoHostResumeIdleClient(ctx context.Context, secret []byte) error {
-	cl, err := twoHostDial(ctx, twoHostResumeAddr, secret)
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	w, err := cl.Open(ctx, "w")
-	if err != nil {
-		return err
-	}
-	if err := w.Lock(ctx, win.LockExclusive); err != nil {
-		return err
-	}
-	if _, err := rma.FetchAndOp(ctx, w, int64(1), 0, op.Sum); err != nil {
-		return err
-	}
-	time.Sleep(8 * time.Second)
-	v, err := rma.FetchAndOp(ctx, w, int64(1), 0, op.Sum)
-	if err != nil {
-		return fmt.Errorf("FetchAndOp after the idle cut: %w", err)
-	}
-	if err := w.Unlock(ctx); err != nil {
-		return fmt.Errorf("Unlock after the idle cut: %w", err)
-	}
-	if v != 1 {
-		return fmt.Errorf("FetchAndOp after the idle cut returned %d, want 1", v)
-	}
-	return nil
+	return twoHostHoldClient(ctx, twoHostResumeAddr, secret, 8*time.Second, "the idle cut")
 }
 
 // twoHostServer is host0's service server on addr, with a window "w" of
